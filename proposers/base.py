@@ -72,14 +72,13 @@ class DraftTree:
         if n == 0:
             return DraftTree(match_len=self.match_len)
         pp = self.path_probs()
-        best = list(pp)
+        best = [0.0] * n         # best[i]: value of the best path starting at node i
         best_child = [-1] * n
-        for i in range(n - 1, -1, -1):
+        for i in range(n - 1, -1, -1):  # children come after parents, so they are final here
+            best[i] = pp[i] + (best[best_child[i]] if best_child[i] >= 0 else 0.0)
             p = self.parents[i]
-            if p >= 0 and pp[p] + best[i] > best[p] + 0.0 and (
-                    best_child[p] < 0 or best[i] > best[best_child[p]]):
-                best_child[p] = i
-                best[p] = pp[p] + best[i]
+            if p >= 0 and (best_child[p] < 0 or best[i] >= best[best_child[p]]):
+                best_child[p] = i  # ">=" while walking backwards: the lower index wins ties
         roots = [i for i in range(n) if self.parents[i] < 0]
         node = max(roots, key=lambda i: (best[i], -i))
         toks, probs = [], []
