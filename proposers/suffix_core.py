@@ -1,0 +1,227 @@
+"""Suffix drafting over a per-request index and a global cache (plain-Python twin).
+
+``SuffixCore`` is the hot path every suffix strategy runs through: it keeps one ``SuffixIndex``
+per live request (prompt + output so far) and one global index over earlier requests' outputs
+and loaded corpora, and turns matches in both into a draft tree. The native class
+``_suffix_native.SuffixCore`` implements the same API and must return identical drafts; tests
+drive both with the same random streams.
+
+Requests are named by integer handles; the Python layer above maps engine request ids to them.
+
+Draft probabilities. At a draft node each index whose match is still alive gives a next-token
+distribution from continuation counts, ``c / (sum(c) + kappa / d)`` where d is the matched
+length: thin evidence is shrunk (one sighting after a 1-token match gives 0.5), but a long match
+is specific enough that even one sighting is likely to repeat (after 20 tokens it gives 0.95).
+The two distributions are mixed with weights equal to their match lengths, for the same reason. These are raw estimates; the adaptive
+controller calibrates them against what the target actually accepted.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from specdraft.proposers.suffix_index import SuffixIndex
+
+_LOCAL_SEQ = 0
+
+
+class _Request:
+    __slots__ = ("index", "num_prompt", "hint_local", "hint_global")
+
+    def __init__(self, max_depth: int):
+        self.index = SuffixIndex(max_depth)
+        self.index.add_sequence(_LOCAL_SEQ)
+        self.num_prompt = 0
+        self.hint_local = max_depth
+        self.hint_global = max_depth
+
+
+class SuffixCore:
+    def __init__(self, max_depth: int = 24, global_cache_tokens: int = 1_000_000,
+                 max_children: int = 4, min_path_prob: float = 0.02, kappa: float = 1.0,
+                 cache_prompts: bool = False):
+        self.max_depth = max_depth
+        self.global_cache_tokens = global_cache_tokens
+        self.max_children = max_children
+        self.min_path_prob = min_path_prob
+        self.kappa = kappa
+        self.cache_prompts = cache_prompts
+        self.global_index = SuffixIndex(max_depth)
+        self._requests: dict[int, _Request] = {}
+        self._fifo: deque[tuple[int, int]] = deque()  # (global seq id, tokens), oldest first
+        self._next_seq = 0
+        self.cached_tokens = 0   # request tokens in the global cache (evictable)
+        self.corpus_tokens = 0   # pinned corpus tokens
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self, handle: int, prompt) -> None:
+        if handle in self._requests:
+            raise KeyError(f"request handle {handle} already started")
+        r = _Request(self.max_depth)
+        r.index.extend(_LOCAL_SEQ, prompt)
+        r.num_prompt = len(prompt)
+        self._requests[handle] = r
+
+    def extend(self, handle: int, tokens) -> None:
+        r = self._requests[handle]
+        r.index.extend(_LOCAL_SEQ, tokens)
+        n = len(tokens)
+        r.hint_local += n
+        r.hint_global += n
+
+    def has(self, handle: int) -> bool:
+        return handle in self._requests
+
+    def num_tokens(self, handle: int) -> int:
+        return len(self._requests[handle].index.seqs[_LOCAL_SEQ])
+
+    def abort(self, handle: int) -> None:
+        del self._requests[handle]
+
+    def finish(self, handle: int) -> None:
+        r = self._requests.pop(handle)
+        toks = r.index.seqs[_LOCAL_SEQ]
+        if not self.cache_prompts:
+            toks = toks[r.num_prompt:]
+        if 0 < len(toks) <= self.global_cache_tokens:
+            sid = self._add_global(toks)
+            self._fifo.append((sid, len(toks)))
+            self.cached_tokens += len(toks)
+            while self.cached_tokens > self.global_cache_tokens:
+                old, n = self._fifo.popleft()
+                self.global_index.remove(old)
+                self.cached_tokens -= n
+
+    def load_corpus(self, tokens) -> None:
+        if len(tokens):
+            self._add_global(tokens)
+            self.corpus_tokens += len(tokens)
+
+    def _add_global(self, tokens) -> int:
+        sid = self._next_seq
+        self._next_seq += 1
+        g = self.global_index
+        g.add_sequence(sid)
+        g.extend(sid, tokens)
+        g.close(sid)
+        return sid
+
+    # -------------------------------------------------------------- drafting
+    def _expand(self, local_index, states, path_tokens):
+        """Mixed next-token candidates [(token, prob, next_states)] for one draft node.
+
+        ``states`` holds the node's match state in the local and the global index (None where
+        that index has lost the path); ``path_tokens()`` gives the last max_depth tokens of the
+        context plus the draft path, needed only to re-anchor a match at the depth cap.
+        """
+        probs: dict[int, float] = {}
+        nexts: dict[int, list] = {}
+        wsum = 0
+        for si in range(2):
+            st = states[si]
+            if st is None:
+                continue
+            idx = self.global_index if si else local_index
+            conts = idx.continuations(st)
+            if not conts and st[1] == 0 and idx.dep[st[0]] == self.max_depth:
+                # capped depth: re-anchor on the gram's shorter suffix
+                ctx = path_tokens()
+                st, _ = idx.longest_match(ctx, self.max_depth - 1)
+                if st is None:
+                    continue
+                conts = idx.continuations(st)
+            if not conts:
+                continue
+            total = 0
+            for c in conts:
+                total += c[1]
+            w = idx.dep[st[0]] + st[1]
+            wsum += w
+            for t, c, nst in conts[: self.max_children]:
+                probs[t] = probs.get(t, 0.0) + w * c / (total + self.kappa / w)
+                nx = nexts.get(t)
+                if nx is None:
+                    nx = nexts[t] = [None, None]
+                nx[si] = nst
+        if wsum == 0:
+            return []
+        out = [(t, p / wsum, nexts[t]) for t, p in probs.items()]
+        out.sort(key=lambda x: (-x[1], x[0]))
+        return out[: self.max_children]
+
+    def draft(self, handle: int, budget: int, tree: bool = False):
+        """Draft up to ``budget`` nodes: (token_ids, parents, probs, match_len).
+
+        Chain mode follows the most probable continuation; tree mode grows the tree best-first
+        by path probability. Nodes below ``min_path_prob`` are not proposed.
+        """
+        r = self._requests[handle]
+        if budget <= 0:
+            return [], [], [], 0
+        ctx = r.index.seqs[_LOCAL_SEQ]
+        st_l, len_l = r.index.longest_match(ctx, r.hint_local)
+        r.hint_local = len_l
+        st_g, len_g = self.global_index.longest_match(ctx, r.hint_global)
+        r.hint_global = len_g
+        match_len = max(len_l, len_g)
+        if st_l is None and st_g is None:
+            return [], [], [], 0
+        local_index = r.index
+        toks: list[int] = []
+        parents: list[int] = []
+        probs: list[float] = []
+
+        def path_of(node: int):
+            def tokens():
+                path = []
+                i = node
+                while i >= 0:
+                    path.append(toks[i])
+                    i = parents[i]
+                path.reverse()
+                keep = self.max_depth - len(path)
+                if keep <= 0:
+                    return path[-self.max_depth:]
+                return ctx[max(0, len(ctx) - keep):] + path
+            return tokens
+
+        def ctx_tail():
+            return ctx[max(0, len(ctx) - self.max_depth):]
+
+        heap: list = []
+        order = 0
+        for t, p, nx in self._expand(local_index, (st_l, st_g), ctx_tail):
+            if p < self.min_path_prob:
+                break
+            heap.append((-p, order, -1, t, p, nx))
+            order += 1
+            if not tree:
+                break
+        heapq.heapify(heap)
+        while heap and len(toks) < budget:
+            negp, _, parent, t, p, nx = heapq.heappop(heap)
+            i = len(toks)
+            toks.append(t)
+            parents.append(parent)
+            probs.append(p)
+            pathp = -negp
+            for ct, cp, cnx in self._expand(local_index, nx, path_of(i)):
+                cpath = pathp * cp
+                if cpath < self.min_path_prob:
+                    break
+                heapq.heappush(heap, (-cpath, order, i, ct, cp, cnx))
+                order += 1
+                if not tree:
+                    break
+        return toks, parents, probs, match_len
+
+    # ------------------------------------------------------------ accounting
+    def num_requests(self) -> int:
+        return len(self._requests)
+
+    def global_tokens(self) -> int:
+        return self.cached_tokens + self.corpus_tokens
+
+    def global_nodes(self) -> int:
+        return self.global_index.num_nodes()
