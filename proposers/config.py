@@ -1,0 +1,105 @@
+"""specdraft options: one table, validated once at start-up.
+
+Every option a user can set (through vLLM's ``--speculative-config``, SGLang server arguments or
+a Ray Serve deployment) is declared here with its type, bounds and default. Anything else is an
+error that names the option and what is accepted, raised before the engine serves a request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from specdraft.proposers.base import SpecdraftConfigError
+
+STRATEGIES = ("suffix", "tree", "lookup")
+COST_MODELS = ("gpu", "cpu-bf16", "cpu-fp32")
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterConfig:
+    strategy: str = "suffix"           # suffix: chain from the suffix index; tree: best-first tree;
+    #                                    lookup: prompt lookup (n-gram match in the request only)
+    max_depth: int = 24                # longest context suffix the index matches on
+    global_cache_tokens: int = 1_000_000  # budget of the cache of earlier requests (0: off)
+    cache_prompts: bool = False        # also cache finished requests' prompts
+    corpus_files: tuple[str, ...] = ()  # token corpora drafts may copy from
+    max_children: int = 4              # branching of tree drafts
+    min_path_prob: float = 0.02        # do not draft nodes less likely than this
+    lookup_min: int = 2                # lookup: shortest n-gram to match
+    lookup_max: int = 5                # lookup: longest n-gram to match
+    adaptive: bool = True              # adaptive draft length (off: always draft the budget)
+    cost_model: Any = "gpu"            # verification cost curve: a preset or [[tokens, cost], ...]
+    calibration_prior: float = 8.0     # pseudo-observations behind each probability bin
+    request_prior: float = 1.0         # pseudo-observations behind each request's acceptance factor
+    request_decay: float = 0.9         # weight kept by old evidence at each new observation
+    idle_decay: float = 0.9            # evidence kept per step a request does not draft
+    min_gain: float = 0.1              # never draft a node less likely than this to be accepted
+    native: Any = "auto"               # use the C++ index: "auto", True, False
+
+    @classmethod
+    def from_dict(cls, options: dict | None) -> "DrafterConfig":
+        options = dict(options or {})
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - set(fields))
+        if unknown:
+            raise SpecdraftConfigError(
+                f"unknown specdraft option(s) {', '.join(map(repr, unknown))}; "
+                f"accepted options: {', '.join(sorted(fields))}")
+        if isinstance(options.get("corpus_files"), str):
+            options["corpus_files"] = [options["corpus_files"]]
+        if "corpus_files" in options:
+            options["corpus_files"] = tuple(options["corpus_files"])
+        cfg = cls(**options)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_json(cls, text: str) -> "DrafterConfig":
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as e:
+            raise SpecdraftConfigError(f"specdraft options are not valid JSON: {e}") from None
+
+    def validate(self) -> None:
+        def need(ok: bool, name: str, accepted: str) -> None:
+            if not ok:
+                raise SpecdraftConfigError(
+                    f"invalid specdraft option {name}={getattr(self, name)!r}: accepted {accepted}")
+
+        def is_int(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def is_num(v) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+        need(self.strategy in STRATEGIES, "strategy", " | ".join(map(repr, STRATEGIES)))
+        need(is_int(self.max_depth) and 1 <= self.max_depth <= 64, "max_depth", "an integer in [1, 64]")
+        need(is_int(self.global_cache_tokens) and self.global_cache_tokens >= 0,
+             "global_cache_tokens", "an integer >= 0 (0 turns the global cache off)")
+        need(isinstance(self.cache_prompts, bool), "cache_prompts", "true or false")
+        need(all(isinstance(f, str) and f for f in self.corpus_files), "corpus_files",
+             "a list of file paths (.jsonl with token_ids or text, or text files)")
+        need(is_int(self.max_children) and 1 <= self.max_children <= 16, "max_children",
+             "an integer in [1, 16]")
+        need(is_num(self.min_path_prob) and 0.0 <= self.min_path_prob < 1.0, "min_path_prob",
+             "a number in [0, 1)")
+        need(is_int(self.lookup_min) and 1 <= self.lookup_min, "lookup_min", "an integer >= 1")
+        need(is_int(self.lookup_max) and self.lookup_min <= self.lookup_max <= 64, "lookup_max",
+             "an integer in [lookup_min, 64]")
+        need(isinstance(self.adaptive, bool), "adaptive", "true or false")
+        ok_curve = self.cost_model in COST_MODELS or (
+            isinstance(self.cost_model, (list, tuple)) and len(self.cost_model) >= 2 and all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and is_num(p[0]) and is_num(p[1])
+                and p[0] >= 1 and p[1] > 0 for p in self.cost_model))
+        need(ok_curve, "cost_model",
+             f"{' | '.join(map(repr, COST_MODELS))} or a list of [tokens >= 1, cost > 0] points")
+        need(is_num(self.calibration_prior) and self.calibration_prior > 0, "calibration_prior",
+             "a number > 0")
+        need(is_num(self.request_prior) and self.request_prior > 0, "request_prior", "a number > 0")
+        need(is_num(self.request_decay) and 0 < self.request_decay <= 1, "request_decay",
+             "a number in (0, 1]")
+        need(is_num(self.idle_decay) and 0 < self.idle_decay <= 1, "idle_decay", "a number in (0, 1]")
+        need(is_num(self.min_gain) and 0.0 <= self.min_gain < 1.0, "min_gain", "a number in [0, 1)")
+        need(self.native in ("auto", True, False), "native", "'auto', true or false")

@@ -1,0 +1,198 @@
+"""Drafter lifecycle, global cache, budgets, controller behaviour and option errors."""
+
+import random
+import tracemalloc
+
+import pytest
+
+from specdraft.proposers import DraftTree, SpecdraftConfigError, make_drafter
+from specdraft.proposers.controller import CostModel, DraftLengthController
+
+
+def replay(drafter, req_id, prompt, truth, budget=8):
+    """Greedy verification against a known continuation; returns tokens per target pass."""
+    drafter.start(req_id, prompt)
+    pos = passes = 0
+    while pos < len(truth):
+        tree = drafter.draft(req_id, budget)
+        assert len(tree) <= budget
+        chain = tree.best_path().token_ids if len(tree) else []
+        acc = 0
+        while acc < len(chain) and pos + acc < len(truth) and chain[acc] == truth[pos + acc]:
+            acc += 1
+        emitted = truth[pos:pos + acc + 1]
+        pos += len(emitted)
+        passes += 1
+        drafter.extend(req_id, emitted, acc)
+    drafter.finish(req_id)
+    return pos / passes
+
+
+@pytest.mark.parametrize("strategy", ["suffix", "tree", "lookup"])
+def test_echo_prompt_drafts_long(strategy):
+    rng = random.Random(0)
+    code = [rng.randrange(1000) for _ in range(300)]
+    d = make_drafter({"strategy": strategy, "cost_model": "cpu-bf16"}, chain_only=True)
+    tpp = replay(d, "r", code + [1001], code[:200], budget=8)
+    assert tpp > 5, tpp
+    s = d.stats
+    assert s.accepted_tokens <= s.drafted_tokens and s.requests == s.finished == 1
+
+
+def test_global_cache_helps_the_next_request_and_stays_in_budget():
+    rng = random.Random(1)
+    answer = [rng.randrange(500) for _ in range(120)]
+    d = make_drafter({"global_cache_tokens": 1000})
+    replay(d, "first", [1, 2, 3], answer)
+    # a new request whose prompt shares nothing, answering the same thing, drafts from the cache
+    tpp = replay(d, "second", [7, 8, 9], answer)
+    assert tpp > 4, tpp
+    for i in range(30):
+        replay(d, f"filler{i}", [i], [rng.randrange(500) for _ in range(100)])
+        assert d.metrics()["global_cache_tokens"] <= 1000
+
+
+def test_global_cache_off_and_abort_feeds_nothing():
+    d = make_drafter({"global_cache_tokens": 0})
+    replay(d, "a", [1], list(range(50)))
+    assert d.metrics()["global_cache_tokens"] == 0
+    d2 = make_drafter({})
+    d2.start("x", [1, 2, 3])
+    d2.extend("x", [4, 5, 6])
+    d2.abort("x")
+    d2.abort("x")  # twice is harmless
+    assert d2.metrics()["global_cache_tokens"] == 0 and not d2.has("x")
+
+
+def test_corpus_is_drafted_from(tmp_path):
+    doc = list(range(100, 200))
+    f = tmp_path / "c.jsonl"
+    f.write_text('{"token_ids": %s}\n' % doc)
+    d = make_drafter({"corpus_files": [str(f)], "adaptive": False})
+    d.start("q", [5, 100, 101, 102])
+    assert d.draft("q", 5).token_ids == [103, 104, 105, 106, 107]
+
+
+def test_tree_drafts_are_valid_trees_within_budget():
+    rng = random.Random(2)
+    d = make_drafter({"strategy": "tree", "adaptive": False, "max_children": 3})
+    seq = [rng.randrange(6) for _ in range(400)]
+    d.start("t", seq)
+    for budget in (1, 4, 16, 32):
+        t = d.draft("t", budget)
+        assert 0 < len(t) <= budget
+        assert all(-1 <= p < i for i, p in enumerate(t.parents))
+        assert all(0 < p <= 1 for p in t.probs)
+        pp = t.path_probs()
+        assert pp == sorted(pp, reverse=True)  # best-first
+        assert t.best_path().expected_accepted() <= t.expected_accepted() + 1e-12
+    assert not t.is_chain()
+
+
+def test_best_path_maximises_expected_accepted():
+    t = DraftTree([1, 2, 3, 4, 5], [-1, 0, 0, 2, -1], [0.9, 0.9, 0.5, 0.9, 0.95])
+    # paths: 1-2 (0.9+0.81), 1-3-4 (0.9+0.45+0.405), 5 (0.95)
+    assert t.best_path().token_ids == [1, 3, 4]
+
+
+def test_controller_drafts_nothing_when_compute_bound():
+    c = DraftLengthController(CostModel("gpu"))
+    good = (list(range(-1, 15)), [0.7] * 16)
+    small = c.choose(list(range(2)), [good] * 2)
+    assert all(k > 4 for k in small)
+    big = c.choose(list(range(512)), [good] * 512)
+    assert sum(big) == 0  # 512 requests already fill a compute-bound pass
+
+
+def test_controller_stops_a_failing_request_until_evidence_returns():
+    c = DraftLengthController(CostModel("cpu-bf16"))
+    draft = (list(range(-1, 7)), [0.8] * 8)
+    assert c.choose(["r"], [draft]) == [8]
+    for _ in range(10):  # every draft rejected at the first token
+        c.sent("r", draft[1])
+        c.observe("r", 0)
+    assert c.choose(["r"], [draft]) == [0]
+    steps = 0
+    while (k := c.choose(["r"], [draft])) == [0]:
+        steps += 1
+        assert steps < 200
+    assert steps >= 2 and k[0] <= 2  # it waited, then tried again with a short probe
+
+
+def test_controller_is_deterministic():
+    def run():
+        c = DraftLengthController(CostModel("cpu-fp32"))
+        rng = random.Random(5)
+        out = []
+        for step in range(200):
+            keys = list(range(rng.randint(1, 8)))
+            drafts = [(list(range(-1, 9)), [rng.random() for _ in range(10)]) for _ in keys]
+            ks = c.choose(keys, drafts)
+            for key, k, (_, p) in zip(keys, ks, drafts):
+                c.sent(key, p[:k])
+                c.observe(key, rng.randint(0, k))
+            c.cost_model.observe(sum(ks) + len(keys), 0.01 * (1 + sum(ks) / 50))
+            out.append(ks)
+        return out
+    assert run() == run()
+
+
+def test_cost_model_learns_from_step_timings():
+    cm = CostModel([(1, 1.0), (1024, 1.0)])  # claims: flat
+    for _ in range(50):
+        cm.observe(1, 0.01)
+        cm.observe(64, 0.04)  # measured: 4x slower at 64 tokens
+    assert 3.0 < cm.cost(64) / cm.cost(1) < 4.1
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"strategy": "magic"}, ["strategy", "'suffix'", "'tree'", "'lookup'"]),
+    ({"global_cache_tokens": -1}, ["global_cache_tokens", ">= 0"]),
+    ({"max_depth": 0}, ["max_depth", "[1, 64]"]),
+    ({"colour": 1}, ["unknown", "'colour'", "accepted options", "strategy"]),
+    ({"cost_model": "tpu"}, ["cost_model", "'gpu'"]),
+    ({"adaptive": "yes"}, ["adaptive", "true or false"]),
+    ({"corpus_files": ["/nonexistent/file.jsonl"]}, ["corpus_files", "not a file"]),
+])
+def test_bad_options_name_the_option_and_accepted_values(options, words):
+    with pytest.raises(SpecdraftConfigError) as e:
+        make_drafter(options)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_bad_calls_raise_clear_errors():
+    d = make_drafter({}, vocab_size=100)
+    with pytest.raises(KeyError, match="unknown request id 'nope'"):
+        d.extend("nope", [1])
+    with pytest.raises(ValueError, match="out of range"):
+        d.start("a", [1, 100])
+    with pytest.raises(ValueError, match="out of range"):
+        d.start("a", [-1])
+    d.start("a", [1, 2])
+    with pytest.raises(KeyError, match="already started"):
+        d.start("a", [1])
+    with pytest.raises(ValueError, match="max_budget"):
+        d.draft_batch(["a"], -1)
+
+
+def test_memory_returns_to_baseline():
+    d = make_drafter({"global_cache_tokens": 2000})
+    rng = random.Random(3)
+
+    def burst():
+        for i in range(20):
+            d.start(i, [rng.randrange(50) for _ in range(200)])
+            d.extend(i, [rng.randrange(50) for _ in range(100)])
+            d.draft(i, 8)
+            (d.finish if i % 2 else d.abort)(i)
+
+    burst()  # warm-up: caches, free lists, interned ints
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for _ in range(5):
+        burst()
+    grown = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert d.metrics()["live_requests"] == 0
+    assert grown < 2_000_000, grown  # bounded by the global budget, not by traffic
