@@ -63,7 +63,7 @@ class CostModel:
         self._prior = prior
         self._obs: dict[int, list[float]] = {}  # bucket -> [decayed sum of ratios, decayed count]
 
-    def _base(self, tokens: float) -> float:
+    def base_cost(self, tokens: float) -> float:
         t, c = self._t, self._c
         if tokens <= t[0]:
             return c[0]
@@ -90,14 +90,14 @@ class CostModel:
     def cost(self, tokens: float) -> float:
         # a floor of 0.2% of a pass per extra token: scoring a token is never quite free (KV
         # writes, sampling), so among equally good choices the shorter draft wins
-        return self._base(tokens) * self._factor(self._bucket(tokens)) + 0.002 * (tokens - 1)
+        return self.base_cost(tokens) * self._factor(self._bucket(tokens)) + 0.002 * (tokens - 1)
 
     def observe(self, tokens: int, seconds: float) -> None:
         """A verification pass that scored ``tokens`` tokens took ``seconds``."""
         if tokens <= 0 or seconds <= 0:
             return
         obs = self._obs.setdefault(self._bucket(tokens), [0.0, 0.0])
-        obs[0] = 0.9 * obs[0] + seconds / self._base(tokens)
+        obs[0] = 0.9 * obs[0] + seconds / self.base_cost(tokens)
         obs[1] = 0.9 * obs[1] + 1.0
 
 

