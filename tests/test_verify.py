@@ -75,16 +75,18 @@ def random_tree(rng: random.Random, max_nodes: int, max_depth: int, max_children
 
 
 def greedy_drafter(model: TableModel, rng: random.Random, chain: bool):
-    """Random drafts: each node guesses the greedy token half the time, else a random token."""
+    """Random drafts: each node guesses the greedy token (always, in a third of the drafts; else
+    half the time) or a random token."""
 
     def draft(seq: list[int]) -> tuple[DraftTree, None]:
         tree = random_tree(rng, max_nodes=rng.randint(0, 8), max_depth=4, max_children=3,
                            chain=chain)
+        p_guess = 1.0 if rng.random() < 1 / 3 else 0.5
         ctxs = [list(seq)]
         for i, parent in enumerate(tree.parents):
             parent_ctx = ctxs[parent + 1]
             guess = int(torch.argmax(model(parent_ctx)))
-            tree.token_ids[i] = guess if rng.random() < 0.5 else rng.randrange(model.vocab)
+            tree.token_ids[i] = guess if rng.random() < p_guess else rng.randrange(model.vocab)
             ctxs.append(parent_ctx + [tree.token_ids[i]])
         return tree, None
 
@@ -120,7 +122,8 @@ def test_greedy_pass_accepts_longest_matching_path():
             if on_truth not in siblings and rng.random() < 0.6:
                 tree.token_ids[i] = on_truth
             else:  # distinct siblings, so the matching child is unique
-                tree.token_ids[i] = rng.choice([t for t in range(5) if t not in siblings | {on_truth}])
+                others = [t for t in range(5) if t not in siblings | {on_truth}]
+                tree.token_ids[i] = rng.choice(others)
         ctxs = tree_contexts(prompt, tree)
         on_path = [len(c) - len(prompt) for c in ctxs[1:]
                    if c[len(prompt):] == truth[:len(c) - len(prompt)]]
@@ -145,6 +148,7 @@ def test_greedy_edges():
 
 VOCAB, LENGTH, PROMPT = 4, 3, [0, 1]
 TRIALS = 20_000
+BUG_TRIALS = 5_000  # the planted bugs are caught with a quarter of the trials (p < 1e-12 here)
 PASS_P = 1e-3      # a correct verifier must give p > PASS_P (seeds are fixed: deterministic)
 REJECT_P = 1e-6    # a planted bug must give p < REJECT_P
 
@@ -259,7 +263,7 @@ def test_sampling_is_lossless(kind):
     ("tree_q", "accept_with_p"),
 ])
 def test_planted_bug_is_caught(kind, bug):
-    p = sampled_sequence_pvalue(kind, bug=bug)
+    p = sampled_sequence_pvalue(kind, bug=bug, trials=BUG_TRIALS)
     assert p < REJECT_P, f"{kind} with bug {bug!r}: the test failed to notice (p = {p:.3g})"
 
 
