@@ -76,10 +76,10 @@ class Method:
 
 
 class SpecdraftMethod(Method):
-    def __init__(self, name: str, options: dict):
+    def __init__(self, name: str, options: dict, chain_only: bool = False):
         from specdraft.proposers import make_drafter
         self.name = name
-        self.drafter = make_drafter(options)
+        self.drafter = make_drafter(options, chain_only=chain_only)
         self._n = 0
 
     def start(self, prompt):
@@ -209,13 +209,16 @@ METHODS = {
     "specdraft-tree": lambda: SpecdraftMethod("specdraft-tree", {"strategy": "tree"}),
     "specdraft-tree-fixed": lambda: SpecdraftMethod("specdraft-tree-fixed",
                                                     {"strategy": "tree", "adaptive": False}),
+    # the tree reduced to its best path, as specdraft runs in chain-verifying engines (vLLM)
+    "specdraft-tree-path": lambda: SpecdraftMethod("specdraft-tree-path", {"strategy": "tree"},
+                                                   chain_only=True),
     "specdraft-lookup": lambda: SpecdraftMethod("specdraft-lookup", {"strategy": "lookup"}),
     "vllm-ngram": lambda: VllmNgramMethod("vllm-ngram"),
     "arctic-suffix": lambda: ArcticSuffixMethod("arctic-suffix"),
     "hf-prompt-lookup": lambda: HFPromptLookupMethod("hf-prompt-lookup"),
 }
 DEFAULT_METHODS = ["specdraft-suffix", "specdraft-suffix-fixed", "specdraft-tree",
-                   "specdraft-lookup", "vllm-ngram", "arctic-suffix", "hf-prompt-lookup"]
+                   "specdraft-tree-path", "specdraft-lookup", "vllm-ngram", "arctic-suffix", "hf-prompt-lookup"]
 
 
 # ----------------------------------------------------------------------------- replay
@@ -233,13 +236,17 @@ def accepted_length(tokens: list[int], parents: list[int], truth: list[int]) -> 
     return depth
 
 
-def replay_request(method: Method, prompt: list[int], output: list[int], max_k: int) -> dict:
+def replay_request(method: Method, prompt: list[int], output: list[int], max_k: int,
+                   limit: int | None = None) -> dict:
+    """Replay one request; ``limit`` is the live generation limit when the recorded output
+    extends past it (record --lookahead), so drafts in the last step can be judged as vLLM did."""
+    limit = len(output) if limit is None else min(limit, len(output))
     method.start(prompt)
     method.extend(output[:1], None)  # prefill: one pass, no draft
     passes, drafted, accepted, drafts = 1, 0, 0, 0
     pass_sizes = [1]
     pos = 1
-    while pos < len(output):
+    while pos < limit:
         toks, parents = method.draft(max_k)
         if len(toks) > max_k:
             raise RuntimeError(f"{method.name} drafted {len(toks)} > {max_k} tokens")
@@ -255,7 +262,7 @@ def replay_request(method: Method, prompt: list[int], output: list[int], max_k: 
         method.extend(emitted, acc if toks else None)
     method.finish()
     return {"target_passes": passes, "drafted_tokens": drafted, "accepted_tokens": accepted,
-            "drafts": drafts, "output_tokens": len(output), "pass_sizes": pass_sizes}
+            "drafts": drafts, "output_tokens": limit, "pass_sizes": pass_sizes}
 
 
 def est_speedup(pass_sizes: Iterable[int], output_tokens: int, curve) -> float:
@@ -279,7 +286,8 @@ def replay(records: list[dict], methods: list[str], max_k: int = 16,
                      "output_tokens": 0, "requests": 0, "pass_sizes": []} for w in workloads}
         t0 = time.perf_counter()
         for i, rec in enumerate(records):
-            r = replay_request(method, rec["prompt_token_ids"], rec["output_token_ids"], max_k)
+            r = replay_request(method, rec["prompt_token_ids"], rec["output_token_ids"], max_k,
+                               rec.get("max_tokens"))
             agg = per_w[rec["workload"]]
             for k in ("target_passes", "drafted_tokens", "accepted_tokens", "drafts", "output_tokens"):
                 agg[k] += r[k]

@@ -1,0 +1,133 @@
+"""``specdraft record``: greedy traces of a target model on a workload, for ``specdraft replay``.
+
+A trace is JSONL, one request per line in arrival order:
+
+    {"id", "workload", "session", "turn", "prompt_token_ids", "output_token_ids",
+     "max_tokens", "finish_reason", "model", "tokenizer"}
+
+Outputs are the target's greedy continuations in float32 with no speculation (vLLM on CPU).
+Sessions are recorded turn by turn: a turn with ``history: "previous"`` is sent after the
+session's previous turn, with that turn's conversation and generated answer in front of it.
+``--lookahead K`` records K + 1 tokens past ``max_tokens`` (generation ignores EOS then), so
+replay can judge the drafts of a request's last step exactly as the engine did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+
+def tokenizer_identity(tokenizer) -> str:
+    """Name plus a hash of the vocabulary: traces from different tokenizers must not mix."""
+    vocab = tokenizer.get_vocab()
+    h = hashlib.sha256(json.dumps(sorted(vocab.items()), ensure_ascii=True).encode()).hexdigest()
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    return f"{os.path.basename(str(name).rstrip('/'))}:{len(vocab)}:{h[:16]}"
+
+
+def record(records: list[dict], llm, model_name: str, out_path: str, *, lookahead: int = 0,
+           max_model_len: int = 4096, progress=print) -> dict:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from specdraft.live import chat_prompt
+    from specdraft.workloads import expand_history
+
+    tok = llm.get_tokenizer()
+    tok_id = tokenizer_identity(tok)
+    conv: dict[str, object] = {}     # session -> conversation sent for its last turn
+    answer: dict[str, str] = {}      # session -> text generated for its last turn
+    dropped: set[str] = set()        # sessions cut short by max_model_len
+    turns = sorted({int(r.get("turn", 1)) for r in records})
+    written = skipped = 0
+    t0 = time.perf_counter()
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
+    with open(out_path, "w", encoding="utf-8") as f:
+        for turn in turns:
+            batch, prompts, params = [], [], []
+            for r in records:
+                if int(r.get("turn", 1)) != turn:
+                    continue
+                sess = r.get("session")
+                if sess in dropped:
+                    skipped += 1
+                    continue
+                msgs = expand_history(r, conv.get(sess), answer.get(sess))
+                ids = chat_prompt(tok, msgs) if isinstance(msgs, list) else \
+                    tok.encode(msgs, add_special_tokens=True)
+                n_out = int(r["max_tokens"]) + (lookahead + 1 if lookahead else 0)
+                if len(ids) + n_out > max_model_len:
+                    skipped += 1
+                    if sess is not None:
+                        dropped.add(sess)
+                    continue
+                if sess is not None:
+                    conv[sess] = msgs
+                batch.append(r)
+                prompts.append(TokensPrompt(prompt_token_ids=ids))
+                params.append(SamplingParams(temperature=0.0, max_tokens=n_out,
+                                             ignore_eos=bool(lookahead)))
+            if not batch:
+                continue
+            progress(f"[record] turn {turn}: {len(batch)} requests ...")
+            outs = llm.generate(prompts, params, use_tqdm=False)
+            for r, p, o in zip(batch, prompts, outs):
+                out = o.outputs[0]
+                if r.get("session") is not None:
+                    answer[r["session"]] = tok.decode(list(out.token_ids)[: int(r["max_tokens"])],
+                                                      skip_special_tokens=True)
+                f.write(json.dumps({
+                    "id": r["id"], "workload": r["workload"], "session": r.get("session"),
+                    "turn": turn, "prompt_token_ids": list(p["prompt_token_ids"]),
+                    "output_token_ids": list(out.token_ids), "max_tokens": int(r["max_tokens"]),
+                    "finish_reason": out.finish_reason, "model": model_name,
+                    "tokenizer": tok_id}) + "\n")
+                written += 1
+            progress(f"[record] {written} requests written ({time.perf_counter() - t0:.0f}s)")
+    return {"written": written, "skipped": skipped, "seconds": time.perf_counter() - t0}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="specdraft record", description=__doc__.split("\n\n")[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workload", nargs="+", help="built-in workload name(s) (specdraft workloads list)")
+    src.add_argument("--workload-file", help="a JSONL workload file (see docs/workloads.md)")
+    ap.add_argument("-n", type=int, default=8, help="requests per built-in workload (default 8)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default="smollm2-135m", help="model name or folder")
+    ap.add_argument("--max-tokens", type=int, help="cap every request's max_tokens")
+    ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--lookahead", type=int, default=0,
+                    help="record K+1 tokens past max_tokens, ignoring EOS (for exact live checks)")
+    ap.add_argument("--out", required=True, help="trace JSONL to write")
+    args = ap.parse_args(argv)
+
+    from specdraft import workloads
+    from specdraft.live import make_llm
+    from specdraft.models import MODELS, model_path
+    try:
+        if args.workload_file:
+            records = workloads.load_jsonl(args.workload_file)
+        else:
+            records = []
+            for w in args.workload:
+                records.extend(workloads.generate(w, args.n, seed=args.seed))
+    except (KeyError, ValueError) as e:
+        print(f"specdraft record: {e}", file=sys.stderr)
+        return 2
+    if args.max_tokens:
+        for r in records:
+            r["max_tokens"] = min(int(r["max_tokens"]), args.max_tokens)
+    path = str(model_path(args.model)) if args.model in MODELS else args.model
+    print(f"[record] {len(records)} requests, model {args.model} ({path})", flush=True)
+    llm = make_llm(path, None, max_model_len=args.max_model_len, max_num_seqs=8)
+    res = record(records, llm, args.model, args.out, lookahead=args.lookahead,
+                 max_model_len=args.max_model_len, progress=lambda m: print(m, flush=True))
+    print(f"[record] wrote {res['written']} requests ({res['skipped']} skipped: longer than "
+          f"--max-model-len) in {res['seconds']:.0f}s -> {args.out}")
+    return 0
