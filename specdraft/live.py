@@ -66,12 +66,13 @@ class RunResult:
 
 
 def generate(llm, prompts: list[list[int]], max_tokens: int | list[int], temperature: float = 0.0,
-             seed: int | None = None) -> RunResult:
+             seed: int | None = None, ignore_eos: bool = False) -> RunResult:
     """Greedy (or sampled) generation of token-id prompts; returns outputs, time and counter deltas."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     maxes = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
-    params = [SamplingParams(temperature=temperature, max_tokens=m, seed=seed) for m in maxes]
+    params = [SamplingParams(temperature=temperature, max_tokens=m, seed=seed, ignore_eos=ignore_eos)
+              for m in maxes]
     before = spec_counters(llm)
     t0 = time.perf_counter()
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
