@@ -98,9 +98,13 @@ class SpecdraftMethod(Method):
 
 
 class VllmNgramMethod(Method):
-    """vLLM's ``ngram`` proposer: its own numba function, as its NgramProposer calls it."""
+    """vLLM's ``ngram`` proposer: its own numba function, as its NgramProposer calls it.
 
-    def __init__(self, name: str, prompt_lookup_min: int = 5, prompt_lookup_max: int = 5,
+    n-gram sizes 2..5, as `specdraft bench` configures it live (vLLM defaults to 5..5 when neither
+    is given).
+    """
+
+    def __init__(self, name: str, prompt_lookup_min: int = 2, prompt_lookup_max: int = 5,
                  max_model_len: int = 1 << 30):
         import numpy as np
         from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
