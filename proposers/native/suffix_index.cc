@@ -1,3 +1,561 @@
-// Placeholder: the native SuffixCore is being written; see proposers/suffix_core.py for the twin.
+// pybind11 module specdraft.proposers._suffix_native: the native SuffixIndex and SuffixCore.
+//
+// The Python twins (proposers/suffix_index.py, proposers/suffix_core.py) are the specification;
+// tests/test_native_twin.py checks that both return identical answers on random streams.
+// Native extensions: batch entry points (extend_batch, draft_batch, step_batch; they release the
+// GIL while they work), memory_bytes(), evict_global(), compact_global().
 #include <pybind11/pybind11.h>
-PYBIND11_MODULE(_suffix_native, m) { m.attr("AVAILABLE") = false; }
+
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "suffix_core.h"
+#include "suffix_index.h"
+
+namespace py = pybind11;
+using namespace specdraft;
+
+namespace {
+
+// ----------------------------------------------------------------------- argument conversion
+int32_t to_token(PyObject* o) {
+  long long v;
+  if (PyLong_CheckExact(o)) {
+    v = PyLong_AsLongLong(o);
+  } else {
+    PyObject* i = PyNumber_Index(o);
+    if (!i) throw py::error_already_set();
+    v = PyLong_AsLongLong(i);
+    Py_DECREF(i);
+  }
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (v < INT32_MIN || v > INT32_MAX) {
+    PyErr_Format(PyExc_OverflowError, "token %lld does not fit in int32", v);
+    throw py::error_already_set();
+  }
+  return (int32_t)v;
+}
+
+template <typename T>
+void copy_strided(const char* base, Py_ssize_t n, Py_ssize_t stride, std::vector<int32_t>& out) {
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, base + i * stride, sizeof(T));
+    if ((long long)v < INT32_MIN || (long long)v > INT32_MAX || (std::is_unsigned<T>::value && v > (T)INT32_MAX)) {
+      PyErr_SetString(PyExc_OverflowError, "token does not fit in int32");
+      throw py::error_already_set();
+    }
+    out.push_back((int32_t)v);
+  }
+}
+
+// Appends the tokens of `obj` (list, tuple, 1-D integer buffer such as a numpy array, or any
+// iterable of integers) to `out`.
+void read_tokens(py::handle obj, std::vector<int32_t>& out) {
+  PyObject* o = obj.ptr();
+  if (PyList_CheckExact(o)) {
+    Py_ssize_t n = PyList_GET_SIZE(o);
+    out.reserve(out.size() + n);
+    for (Py_ssize_t i = 0; i < n; ++i) out.push_back(to_token(PyList_GET_ITEM(o, i)));
+    return;
+  }
+  if (PyTuple_CheckExact(o)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(o);
+    out.reserve(out.size() + n);
+    for (Py_ssize_t i = 0; i < n; ++i) out.push_back(to_token(PyTuple_GET_ITEM(o, i)));
+    return;
+  }
+  if (PyObject_CheckBuffer(o)) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(o, &view, PyBUF_STRIDES | PyBUF_FORMAT) == 0) {
+      struct Release {
+        Py_buffer* v;
+        ~Release() { PyBuffer_Release(v); }
+      } rel{&view};
+      const char* f = view.format ? view.format : "B";
+      while (*f == '@' || *f == '=' || *f == '<' || *f == '>' || *f == '!') ++f;
+      const char fc = f[0];
+      const bool one_char = fc != 0 && f[1] == 0;
+      if (view.ndim == 1 && one_char && std::strchr("bBhHiIlLqQ", fc)) {
+        const Py_ssize_t n = view.shape[0];
+        const Py_ssize_t st = view.strides ? view.strides[0] : view.itemsize;
+        const char* b = (const char*)view.buf;
+        out.reserve(out.size() + n);
+        const bool uns = (fc >= 'A' && fc <= 'Z');
+        switch (view.itemsize) {
+          case 1: uns ? copy_strided<uint8_t>(b, n, st, out) : copy_strided<int8_t>(b, n, st, out); return;
+          case 2: uns ? copy_strided<uint16_t>(b, n, st, out) : copy_strided<int16_t>(b, n, st, out); return;
+          case 4: uns ? copy_strided<uint32_t>(b, n, st, out) : copy_strided<int32_t>(b, n, st, out); return;
+          case 8: uns ? copy_strided<uint64_t>(b, n, st, out) : copy_strided<int64_t>(b, n, st, out); return;
+          default: break;
+        }
+      }
+      // other buffers: fall through to iteration
+    } else {
+      PyErr_Clear();
+    }
+  }
+  for (py::handle item : obj) out.push_back(to_token(item.ptr()));
+}
+
+std::vector<int32_t> tokens_of(py::handle obj) {
+  std::vector<int32_t> v;
+  read_tokens(obj, v);
+  return v;
+}
+
+int64_t to_i64(PyObject* o) {
+  long long v;
+  if (PyLong_CheckExact(o)) {
+    v = PyLong_AsLongLong(o);
+  } else {
+    PyObject* i = PyNumber_Index(o);
+    if (!i) throw py::error_already_set();
+    v = PyLong_AsLongLong(i);
+    Py_DECREF(i);
+  }
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return (int64_t)v;
+}
+
+std::vector<int64_t> ints_of(py::handle obj) {
+  std::vector<int64_t> v;
+  PyObject* o = obj.ptr();
+  if (PyList_CheckExact(o)) {
+    Py_ssize_t n = PyList_GET_SIZE(o);
+    v.reserve(n);
+    for (Py_ssize_t i = 0; i < n; ++i) v.push_back(to_i64(PyList_GET_ITEM(o, i)));
+    return v;
+  }
+  for (py::handle item : obj) v.push_back(to_i64(item.ptr()));
+  return v;
+}
+
+// ------------------------------------------------------------------------------- results
+PyObject* new_ref_or_throw(PyObject* o) {
+  if (!o) throw py::error_already_set();
+  return o;
+}
+
+py::tuple draft_tuple(const int32_t* toks, const int32_t* parents, const double* probs, size_t n,
+                      int64_t match_len) {
+  PyObject* t = new_ref_or_throw(PyList_New((Py_ssize_t)n));
+  py::object tl = py::reinterpret_steal<py::object>(t);
+  PyObject* p = new_ref_or_throw(PyList_New((Py_ssize_t)n));
+  py::object pl = py::reinterpret_steal<py::object>(p);
+  PyObject* q = new_ref_or_throw(PyList_New((Py_ssize_t)n));
+  py::object ql = py::reinterpret_steal<py::object>(q);
+  for (size_t i = 0; i < n; ++i) {
+    PyList_SET_ITEM(t, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(toks[i])));
+    PyList_SET_ITEM(p, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(parents[i])));
+    PyList_SET_ITEM(q, (Py_ssize_t)i, new_ref_or_throw(PyFloat_FromDouble(probs[i])));
+  }
+  return py::make_tuple(tl, pl, ql, py::int_(match_len));
+}
+
+py::tuple draft_tuple(const Draft& d) {
+  return draft_tuple(d.toks.data(), d.parents.data(), d.probs.data(), d.toks.size(), d.match_len);
+}
+
+py::object state_obj(State st) {
+  if (!st.valid()) return py::none();
+  return py::make_tuple(st.node, st.extra);
+}
+
+State state_of(py::handle obj, const SuffixIndex& idx) {
+  py::tuple t = py::reinterpret_borrow<py::object>(obj).cast<py::tuple>();
+  if (t.size() != 2) throw py::value_error("state must be a (node, extra) tuple");
+  State st{t[0].cast<int32_t>(), t[1].cast<int32_t>()};
+  if (st.node < 0 || (size_t)st.node >= idx.node_capacity()) throw py::index_error("node id out of range");
+  return st;
+}
+
+// ------------------------------------------------------------------------------ wrappers
+struct PyCore {
+  SuffixCore core;
+  std::mutex mu;
+  Draft scratch;
+  PyCore(int max_depth, int64_t global_cache_tokens, int64_t max_children, double min_path_prob, double kappa,
+         bool cache_prompts)
+      : core(max_depth, global_cache_tokens, max_children, min_path_prob, kappa, cache_prompts) {}
+};
+
+using Lock = std::lock_guard<std::mutex>;
+
+struct BatchOut {
+  std::vector<int32_t> toks, parents;
+  std::vector<double> probs;
+  std::vector<size_t> off;  // n + 1
+  std::vector<int64_t> match;
+};
+
+// Per request: extend (when toks given) then draft (when do_draft). Releases the GIL.
+py::object run_batch(PyCore& self, py::handle handles, py::handle token_lists, py::handle budgets, bool tree,
+                     bool do_extend, bool do_draft) {
+  std::vector<int64_t> hs = ints_of(handles);
+  const size_t n = hs.size();
+  std::vector<int32_t> flat;
+  std::vector<size_t> toff;
+  if (do_extend) {
+    toff.reserve(n + 1);
+    toff.push_back(0);
+    size_t m = 0;
+    for (py::handle tl : token_lists) {
+      if (m == n) throw py::value_error("token_lists is longer than handles");
+      read_tokens(tl, flat);
+      toff.push_back(flat.size());
+      ++m;
+    }
+    if (m != n) throw py::value_error("token_lists has " + std::to_string(m) + " entries for " + std::to_string(n) + " handles");
+  }
+  std::vector<int64_t> bs;
+  if (do_draft) {
+    if (PyLong_Check(budgets.ptr())) {
+      bs.assign(n, to_i64(budgets.ptr()));
+    } else {
+      bs = ints_of(budgets);
+      if (bs.size() != n)
+        throw py::value_error("budgets has " + std::to_string(bs.size()) + " entries for " + std::to_string(n) + " handles");
+    }
+  }
+  BatchOut out;
+  bool missing = false;
+  int64_t missing_h = 0;
+  {
+    py::gil_scoped_release rel;
+    Lock lk(self.mu);
+    std::vector<SuffixCore::Request*> rs(n);
+    for (size_t i = 0; i < n; ++i) {
+      rs[i] = self.core.find(hs[i]);
+      if (!rs[i]) {
+        missing = true;
+        missing_h = hs[i];
+        break;
+      }
+    }
+    if (!missing) {
+      if (do_draft) {
+        size_t cap = 0;
+        for (int64_t b : bs) cap += (size_t)std::max<int64_t>(0, std::min<int64_t>(b, 4096));
+        out.toks.reserve(cap);
+        out.parents.reserve(cap);
+        out.probs.reserve(cap);
+        out.off.reserve(n + 1);
+        out.match.reserve(n);
+        out.off.push_back(0);
+      }
+      Draft& d = self.scratch;
+      if (do_extend && n) self.core.prefetch_req(*rs[0], flat.data() + toff[0], toff[1] - toff[0]);
+      for (size_t i = 0; i < n; ++i) {
+        if (do_extend && i + 1 < n)  // the next request's first lookups overlap this one's work
+          self.core.prefetch_req(*rs[i + 1], flat.data() + toff[i + 1], toff[i + 2] - toff[i + 1]);
+        if (do_extend) self.core.extend_req(*rs[i], flat.data() + toff[i], toff[i + 1] - toff[i]);
+        if (do_draft) {
+          self.core.draft_req(*rs[i], bs[i], tree, d);
+          out.toks.insert(out.toks.end(), d.toks.begin(), d.toks.end());
+          out.parents.insert(out.parents.end(), d.parents.begin(), d.parents.end());
+          out.probs.insert(out.probs.end(), d.probs.begin(), d.probs.end());
+          out.off.push_back(out.toks.size());
+          out.match.push_back(d.match_len);
+        }
+      }
+    }
+  }
+  if (missing) {
+    PyErr_SetObject(PyExc_KeyError, py::int_(missing_h).ptr());
+    throw py::error_already_set();
+  }
+  if (!do_draft) return py::none();
+  py::list res(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t a = out.off[i], b = out.off[i + 1];
+    res[i] = draft_tuple(out.toks.data() + a, out.parents.data() + a, out.probs.data() + a, b - a, out.match[i]);
+  }
+  return std::move(res);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_suffix_native, m) {
+  m.doc() = "Native twin of specdraft.proposers.suffix_index / suffix_core (identical answers).";
+  m.attr("AVAILABLE") = true;
+  m.attr("NODE_BYTES") = (int)sizeof(Node);
+#ifdef SPECDRAFT_COUNTERS
+  m.def("_counters", []() {
+    const char* names[] = {"find", "walk", "walk_levels", "enum", "enum_children", "heavy_q", "global_finds",
+                           "drafts", "len_g", "len_l", "reanchor", "append", "append_levels", "new_node", "probes"};
+    py::dict d;
+    for (int i = 0; i < 15; ++i) {
+      d[names[i]] = g_counters[i];
+      g_counters[i] = 0;
+    }
+    return d;
+  });
+#endif
+  m.def(
+      "_set_debug_checks",
+      [](bool on) {
+        bool old = debug_checks();
+        debug_checks() = on;
+        return old;
+      },
+      py::arg("on"), "Tests only: cross-check the fast match paths against the plain algorithm.");
+  m.def(
+      "_set_heavy_threshold",
+      [](int t) {
+        int old = heavy_threshold();
+        heavy_threshold() = t < 0 ? 0 : t;
+        return old;
+      },
+      py::arg("children"),
+      "Tests only: nodes with more children than this keep a cached top list (default 24). Returns the old value.");
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const KeyErr& e) {
+      if (e.msg.empty()) {
+        py::int_ k(e.key);
+        PyErr_SetObject(PyExc_KeyError, k.ptr());
+      } else {
+        py::str s(e.msg);
+        PyErr_SetObject(PyExc_KeyError, s.ptr());
+      }
+    } catch (const ValueErr& e) {
+      PyErr_SetString(PyExc_ValueError, e.msg.c_str());
+    } catch (const AssertErr& e) {
+      PyErr_SetString(PyExc_AssertionError, e.msg.c_str());
+    }
+  });
+
+  // ------------------------------------------------------------------------- SuffixIndex
+  py::class_<SuffixIndex>(m, "SuffixIndex",
+                          "Depth-bounded suffix trie with counts and lazy leaves (native twin of "
+                          "specdraft.proposers.suffix_index.SuffixIndex; same node ids).")
+      .def(py::init<int>(), py::arg("max_depth") = 24)
+      .def_property_readonly("max_depth", &SuffixIndex::max_depth)
+      .def_property_readonly("num_tokens", &SuffixIndex::num_tokens)
+      .def("num_nodes", &SuffixIndex::num_nodes)
+      .def("add_sequence", [](SuffixIndex& s, int64_t seq) { s.add_sequence(seq); }, py::arg("seq"))
+      .def("append", [](SuffixIndex& s, int64_t seq, py::handle tok) { s.append(seq, to_token(tok.ptr())); },
+           py::arg("seq"), py::arg("token"))
+      .def("extend",
+           [](SuffixIndex& s, int64_t seq, py::handle toks) {
+             std::vector<int32_t> v = tokens_of(toks);
+             s.extend(seq, v.data(), v.size());
+           },
+           py::arg("seq"), py::arg("tokens"))
+      .def("close", &SuffixIndex::close, py::arg("seq"))
+      .def("remove", &SuffixIndex::remove, py::arg("seq"))
+      .def("sequence",
+           [](const SuffixIndex& s, int64_t seq) {
+             const auto& v = s.tokens(seq);
+             py::list l(v.size());
+             for (size_t i = 0; i < v.size(); ++i) l[i] = v[i];
+             return l;
+           },
+           py::arg("seq"))
+      .def("walk",
+           [](const SuffixIndex& s, py::handle toks) {
+             std::vector<int32_t> v = tokens_of(toks);
+             return state_obj(s.walk(v.data(), (int64_t)v.size()));
+           },
+           py::arg("tokens"))
+      .def("continuations",
+           [](const SuffixIndex& s, py::handle state) {
+             State st = state_of(state, s);
+             std::vector<Cont> cs;
+             s.continuations(st, cs);
+             py::list l(cs.size());
+             for (size_t i = 0; i < cs.size(); ++i) l[i] = py::make_tuple(cs[i].tok, cs[i].cnt, state_obj(cs[i].next));
+             return l;
+           },
+           py::arg("state"))
+      .def("state_depth", [](const SuffixIndex& s, py::handle state) { return s.state_depth(state_of(state, s)); },
+           py::arg("state"))
+      .def("longest_match",
+           [](const SuffixIndex& s, py::handle ctx, int64_t hi) {
+             std::vector<int32_t> v = tokens_of(ctx);
+             int64_t L = 0;
+             State st = s.longest_match(v.data(), (int64_t)v.size(), hi, L);
+             return py::make_tuple(state_obj(st), L);
+           },
+           py::arg("context"), py::arg("hi"))
+      .def("check", &SuffixIndex::check)
+      .def("memory_bytes", &SuffixIndex::memory_bytes)
+      .def("compact", &SuffixIndex::compact,
+           "Renumber nodes breadth-first and shrink the arrays (node ids change afterwards).");
+
+  // -------------------------------------------------------------------------- SuffixCore
+  py::class_<PyCore>(m, "SuffixCore",
+                     "Suffix drafting over a per-request index and a global cache (native twin of "
+                     "specdraft.proposers.suffix_core.SuffixCore; identical drafts).")
+      .def(py::init<int, int64_t, int64_t, double, double, bool>(), py::arg("max_depth") = 24,
+           py::arg("global_cache_tokens") = 1000000, py::arg("max_children") = 4, py::arg("min_path_prob") = 0.02,
+           py::arg("kappa") = 1.0, py::arg("cache_prompts") = false)
+      .def_property_readonly("max_depth", [](PyCore& s) { return s.core.max_depth(); })
+      .def_property_readonly("global_cache_tokens", [](PyCore& s) { return s.core.global_cache_tokens(); })
+      .def_property_readonly("max_children", [](PyCore& s) { return s.core.max_children(); })
+      .def_property_readonly("min_path_prob", [](PyCore& s) { return s.core.min_path_prob(); })
+      .def_property_readonly("kappa", [](PyCore& s) { return s.core.kappa(); })
+      .def_property_readonly("cache_prompts", [](PyCore& s) { return s.core.cache_prompts(); })
+      .def_property_readonly("cached_tokens",
+                             [](PyCore& s) {
+                               Lock lk(s.mu);
+                               return s.core.cached_tokens();
+                             })
+      .def_property_readonly("corpus_tokens",
+                             [](PyCore& s) {
+                               Lock lk(s.mu);
+                               return s.core.corpus_tokens();
+                             })
+      .def("start",
+           [](PyCore& s, int64_t h, py::handle prompt) {
+             std::vector<int32_t> v = tokens_of(prompt);
+             py::gil_scoped_release rel;
+             Lock lk(s.mu);
+             s.core.start(h, v.data(), v.size());
+           },
+           py::arg("handle"), py::arg("prompt"))
+      .def("extend",
+           [](PyCore& s, int64_t h, py::handle toks) {
+             std::vector<int32_t> v = tokens_of(toks);
+             Lock lk(s.mu);
+             s.core.extend(h, v.data(), v.size());
+           },
+           py::arg("handle"), py::arg("tokens"))
+      .def("has",
+           [](PyCore& s, int64_t h) {
+             Lock lk(s.mu);
+             return s.core.has(h);
+           },
+           py::arg("handle"))
+      .def("num_tokens",
+           [](PyCore& s, int64_t h) {
+             Lock lk(s.mu);
+             return s.core.num_tokens(h);
+           },
+           py::arg("handle"))
+      .def("abort",
+           [](PyCore& s, int64_t h) {
+             Lock lk(s.mu);
+             s.core.abort(h);
+           },
+           py::arg("handle"))
+      .def("finish",
+           [](PyCore& s, int64_t h) {
+             py::gil_scoped_release rel;
+             Lock lk(s.mu);
+             s.core.finish(h);
+           },
+           py::arg("handle"))
+      .def("load_corpus",
+           [](PyCore& s, py::handle toks) {
+             std::vector<int32_t> v = tokens_of(toks);
+             py::gil_scoped_release rel;
+             Lock lk(s.mu);
+             s.core.load_corpus(v.data(), v.size());
+           },
+           py::arg("tokens"))
+      .def("draft",
+           [](PyCore& s, int64_t h, int64_t budget, bool tree) {
+             static thread_local Draft d;
+             {
+               Lock lk(s.mu);
+               s.core.draft(h, budget, tree, d);
+             }
+             return draft_tuple(d);
+           },
+           py::arg("handle"), py::arg("budget"), py::arg("tree") = false,
+           "Draft up to budget nodes: (token_ids, parents, probs, match_len).")
+      .def("extend_batch",
+           [](PyCore& s, py::handle handles, py::handle token_lists) {
+             run_batch(s, handles, token_lists, py::none(), false, true, false);
+           },
+           py::arg("handles"), py::arg("token_lists"),
+           "extend(handles[i], token_lists[i]) for each i (GIL released; all handles are checked first).")
+      .def("draft_batch",
+           [](PyCore& s, py::handle handles, py::handle budgets, bool tree) {
+             return run_batch(s, handles, py::none(), budgets, tree, false, true);
+           },
+           py::arg("handles"), py::arg("budgets"), py::arg("tree") = false,
+           "[draft(h, b, tree) for h, b in zip(handles, budgets)]; budgets may be one int.")
+      .def("step_batch",
+           [](PyCore& s, py::handle handles, py::handle token_lists, py::handle budgets, bool tree) {
+             return run_batch(s, handles, token_lists, budgets, tree, true, true);
+           },
+           py::arg("handles"), py::arg("token_lists"), py::arg("budgets"), py::arg("tree") = false,
+           "extend then draft for each request, in one call (GIL released).")
+      .def("num_requests",
+           [](PyCore& s) {
+             Lock lk(s.mu);
+             return s.core.num_requests();
+           })
+      .def("global_tokens",
+           [](PyCore& s) {
+             Lock lk(s.mu);
+             return s.core.global_tokens();
+           })
+      .def("global_nodes",
+           [](PyCore& s) {
+             Lock lk(s.mu);
+             return s.core.global_nodes();
+           })
+      .def("memory_bytes",
+           [](PyCore& s) {
+             Lock lk(s.mu);
+             return s.core.memory_bytes();
+           },
+           "Bytes held by the global index (node array, hash table, token storage, bookkeeping).")
+      .def("requests_memory_bytes",
+           [](PyCore& s) {
+             Lock lk(s.mu);
+             return s.core.requests_memory_bytes();
+           },
+           "Bytes held by the live requests' local indexes.")
+      .def("evict_global",
+           [](PyCore& s, int64_t keep) {
+             py::gil_scoped_release rel;
+             Lock lk(s.mu);
+             return s.core.evict_global(keep);
+           },
+           py::arg("keep_tokens") = 0,
+           "Native extension: evict cached requests (oldest first) until at most keep_tokens remain.")
+      .def("compact_global",
+           [](PyCore& s) {
+             py::gil_scoped_release rel;
+             Lock lk(s.mu);
+             s.core.compact_global();
+           },
+           "Native extension: renumber the global index breadth-first and shrink its arrays.")
+      .def("check_global",
+           [](PyCore& s) {
+             Lock lk(s.mu);
+             s.core.global_index().check();
+           })
+      .def("global_stats",
+           [](PyCore& s) {
+             Lock lk(s.mu);
+             const SuffixIndex& g = s.core.global_index();
+             py::dict d;
+             d["nodes"] = g.num_nodes();
+             d["node_array"] = g.node_capacity();
+             d["node_reserved"] = g.node_reserved();
+             d["free_nodes"] = g.free_nodes();
+             d["zombies"] = g.zombies();
+             d["heavy_nodes"] = g.heavy_nodes();
+             d["hash_slots"] = g.slot_count();
+             d["tokens"] = g.num_tokens();
+             d["memory_bytes"] = s.core.memory_bytes();
+             return d;
+           },
+           "Native extension: sizes of the global index's structures.")
+      .def("check_requests",
+           [](PyCore& s) {
+             Lock lk(s.mu);
+             s.core.check_requests();
+           });
+}

@@ -1,0 +1,517 @@
+"""The native suffix index / SuffixCore (proposers/native) against their Python twins.
+
+Random token streams over small vocabularies (so grams repeat and branch), random interleavings of
+start / extend / draft / finish / abort / load_corpus over several handles, small global budgets
+so eviction happens. After every draft the two drafts must be identical: tokens, parents, match
+length, and the probabilities bit for bit. The index alone is compared the same way (node ids
+included: both allocate nodes in the same order), and a brute-force n-gram count checks that the
+index counts what it should.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdraft.proposers.suffix_core import SuffixCore as PySuffixCore
+from specdraft.proposers.suffix_index import SuffixIndex as PySuffixIndex
+
+native = pytest.importorskip("specdraft.proposers._suffix_native")
+if not getattr(native, "AVAILABLE", False):  # pragma: no cover - placeholder build
+    pytest.skip("native suffix module is a placeholder", allow_module_level=True)
+
+@pytest.fixture(autouse=True, scope="module")
+def _native_debug_checks():
+    """The native core cross-checks its fast match paths (window lookup, memoised binary search)
+    against the plain walk on every draft while these tests run."""
+    old = native._set_debug_checks(True)
+    yield
+    native._set_debug_checks(old)
+
+
+SETTINGS = settings(max_examples=120, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# ----------------------------------------------------------------------------- helpers
+def markov_stream(rng: random.Random, n: int, vocab: int, repeat: float = 0.3) -> list[int]:
+    """Tokens from a sticky Markov chain with copied spans: repeats and branching guaranteed."""
+    out: list[int] = []
+    while len(out) < n:
+        if out and rng.random() < repeat:
+            a = rng.randrange(len(out))
+            out.extend(out[a:a + rng.randint(1, 12)])
+        elif out and rng.random() < 0.5:
+            out.append((out[-1] * 7 + 3) % vocab)
+        else:
+            out.append(rng.randrange(vocab))
+    return out[:n]
+
+
+def grams_upto(seqs: list[list[int]], d: int) -> Counter:
+    c: Counter = Counter()
+    for s in seqs:
+        for i in range(len(s)):
+            for k in range(1, d + 1):
+                if i + k > len(s):
+                    break
+                c[tuple(s[i:i + k])] += 1
+    return c
+
+
+def compare_index(py: PySuffixIndex, nat, rng: random.Random, vocab: int, probes: int = 30) -> None:
+    assert nat.num_nodes() == py.num_nodes()
+    assert nat.num_tokens == py.num_tokens
+    nat.check()
+    py.check()
+    seqs = [s for s in py.seqs.values() if s]
+    for _ in range(probes):
+        if seqs and rng.random() < 0.7:
+            s = rng.choice(seqs)
+            a = rng.randrange(len(s))
+            g = s[a:a + rng.randint(0, py.max_depth + 2)]
+            if rng.random() < 0.3 and g:
+                g = g[:-1] + [rng.randrange(vocab)]
+        else:
+            g = [rng.randrange(vocab) for _ in range(rng.randint(0, py.max_depth + 1))]
+        ws = py.walk(g)
+        assert nat.walk(g) == ws, g
+        if ws is not None:
+            assert nat.continuations(ws) == py.continuations(ws), (g, ws)
+            assert nat.state_depth(ws) == py.state_depth(ws)
+        hi = rng.randint(0, py.max_depth + 2)
+        assert nat.longest_match(g, hi) == py.longest_match(g, hi), (g, hi)
+
+
+def check_counts(idx, seqs: list[list[int]], d: int, vocab: int) -> None:
+    """Every gram of length < d: continuations(walk(g)) are the brute-force n-gram counts."""
+    counts = grams_upto(seqs, d)
+    assert idx.num_tokens == sum(len(s) for s in seqs)
+    grams = [()] + [g for g in counts if len(g) < d]
+    for g in grams:
+        stt = idx.walk(list(g))
+        assert stt is not None, g
+        got = [(t, c) for t, c, _ in idx.continuations(stt)]
+        want = sorted(((t, counts[g + (t,)]) for t in range(vocab) if counts[g + (t,)]),
+                      key=lambda x: (-x[1], x[0]))
+        assert got == want, (g, got, want)
+    # grams that never occurred are not found
+    rng = random.Random(len(grams))
+    for _ in range(50):
+        g = tuple(rng.randrange(vocab) for _ in range(rng.randint(1, d)))
+        assert (idx.walk(list(g)) is not None) == (counts[g] > 0), g
+
+
+# -------------------------------------------------------------------------- index twin
+@SETTINGS
+@given(st.data())
+def test_index_twin_random_ops(data):
+    d = data.draw(st.integers(1, 6), label="max_depth")
+    vocab = data.draw(st.integers(2, 5), label="vocab")
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    py, nat = PySuffixIndex(d), native.SuffixIndex(d)
+    live: set[int] = set()     # appendable
+    present: set[int] = set()  # indexed
+    next_id = 0
+    for _ in range(data.draw(st.integers(1, 30), label="ops")):
+        op = data.draw(st.sampled_from(["add", "extend", "extend", "extend", "close", "remove"]))
+        if op == "add" or not present:
+            py.add_sequence(next_id)
+            nat.add_sequence(next_id)
+            live.add(next_id)
+            present.add(next_id)
+            next_id += 1
+        elif op == "extend" and live:
+            s = rng.choice(sorted(live))
+            toks = data.draw(st.lists(st.integers(0, vocab - 1), max_size=12))
+            py.extend(s, toks)
+            nat.extend(s, toks)
+        elif op == "close" and live:
+            s = rng.choice(sorted(live))
+            py.close(s)
+            nat.close(s)
+            live.discard(s)
+        elif op == "remove":
+            s = rng.choice(sorted(present))
+            py.remove(s)
+            nat.remove(s)
+            present.discard(s)
+            live.discard(s)
+        compare_index(py, nat, rng, vocab, probes=10)
+    check_counts(nat, [nat.sequence(s) for s in sorted(present)], d, vocab)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_index_twin_long_streams(seed):
+    rng = random.Random(seed)
+    d = [2, 3, 4, 6, 8, 24][seed]
+    vocab = [2, 3, 4, 6, 9, 12][seed]
+    py, nat = PySuffixIndex(d), native.SuffixIndex(d)
+    present: list[int] = []
+    for sid in range(12):
+        py.add_sequence(sid)
+        nat.add_sequence(sid)
+        present.append(sid)
+        toks = markov_stream(rng, rng.randint(20, 300), vocab)
+        # interleave with another live sequence to exercise windows of other sequences
+        for i in range(0, len(toks), 7):
+            py.extend(sid, toks[i:i + 7])
+            nat.extend(sid, toks[i:i + 7])
+            if sid > 0 and sid - 1 in present and rng.random() < 0.5:
+                extra = markov_stream(rng, 3, vocab)
+                if (sid - 1) in py.windows:
+                    py.extend(sid - 1, extra)
+                    nat.extend(sid - 1, extra)
+        if rng.random() < 0.5:
+            py.close(sid - 1) if sid else None
+            nat.close(sid - 1) if sid else None
+        if len(present) > 4 and rng.random() < 0.6:
+            victim = present.pop(rng.randrange(len(present)))
+            py.remove(victim)
+            nat.remove(victim)
+        compare_index(py, nat, rng, vocab, probes=60)
+    check_counts(nat, [py.seqs[s] for s in present], d, vocab)
+    check_counts(py, [py.seqs[s] for s in present], d, vocab)
+
+
+def test_index_errors_match():
+    for cls in (PySuffixIndex, native.SuffixIndex):
+        idx = cls(3)
+        idx.add_sequence(1)
+        with pytest.raises(KeyError, match="already in the index"):
+            idx.add_sequence(1)
+        with pytest.raises(KeyError):
+            idx.append(2, 5)
+        idx.extend(1, [1, 2, 3])
+        idx.close(1)
+        with pytest.raises(KeyError):
+            idx.append(1, 4)
+        with pytest.raises(KeyError):
+            idx.remove(7)
+        with pytest.raises(ValueError):
+            cls(0)
+
+
+# --------------------------------------------------------------------------- core twin
+CORE_PARAMS = st.fixed_dictionaries({
+    "max_depth": st.integers(1, 8),
+    "global_cache_tokens": st.integers(0, 80),
+    "max_children": st.integers(1, 5),
+    "min_path_prob": st.sampled_from([0.0, 0.02, 0.1, 0.3]),
+    "kappa": st.sampled_from([0.0, 0.5, 1.0, 2.5]),
+    "cache_prompts": st.booleans(),
+})
+
+
+class heavy_threshold:
+    """Lower the native high-fanout threshold so the cached-top-list and zombie paths run on
+    small vocabularies (default 24 children)."""
+
+    def __init__(self, children: int):
+        self.children = children
+
+    def __enter__(self):
+        self.old = native._set_heavy_threshold(self.children)
+
+    def __exit__(self, *exc):
+        native._set_heavy_threshold(self.old)
+
+
+def same_state(py: PySuffixCore, nat) -> None:
+    assert nat.num_requests() == py.num_requests()
+    assert nat.global_tokens() == py.global_tokens()
+    assert nat.global_nodes() == py.global_nodes()
+    assert nat.cached_tokens == py.cached_tokens
+    assert nat.corpus_tokens == py.corpus_tokens
+
+
+@SETTINGS
+@given(params=CORE_PARAMS, data=st.data())
+def test_core_twin_random_interleavings(params, data):
+    with heavy_threshold(data.draw(st.sampled_from([0, 1, 2, 24]), label="heavy")):
+        _core_twin_random_interleavings(params, data)
+
+
+def _core_twin_random_interleavings(params, data):
+    vocab = data.draw(st.integers(2, 5), label="vocab")
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    py, nat = PySuffixCore(**params), native.SuffixCore(**params)
+    live: list[int] = []
+    next_h = 0
+    toks = st.lists(st.integers(0, vocab - 1), max_size=10)
+    for _ in range(data.draw(st.integers(1, 40), label="ops")):
+        op = data.draw(st.sampled_from(
+            ["start", "extend", "extend", "draft", "draft", "draft", "batch", "finish", "abort", "corpus"]))
+        if op == "start" or not live:
+            prompt = data.draw(toks)
+            py.start(next_h, prompt)
+            nat.start(next_h, prompt)
+            live.append(next_h)
+            next_h += 1
+        elif op == "extend":
+            h = rng.choice(live)
+            t = data.draw(toks)
+            py.extend(h, t)
+            nat.extend(h, t)
+            assert nat.num_tokens(h) == py.num_tokens(h)
+        elif op == "draft":
+            h = rng.choice(live)
+            budget = data.draw(st.integers(-1, 12))
+            tree = data.draw(st.booleans())
+            assert nat.draft(h, budget, tree) == py.draft(h, budget, tree)
+        elif op == "batch":
+            hs = [rng.choice(live) for _ in range(rng.randint(1, 4))]
+            tls = [data.draw(toks) for _ in hs]
+            budgets = [rng.randint(0, 10) for _ in hs]
+            tree = data.draw(st.booleans())
+            want = []
+            for h, t, b in zip(hs, tls, budgets):
+                py.extend(h, t)
+                want.append(py.draft(h, b, tree))
+            assert nat.step_batch(hs, tls, budgets, tree) == want
+        elif op in ("finish", "abort"):
+            h = live.pop(rng.randrange(len(live)))
+            getattr(py, op)(h)
+            getattr(nat, op)(h)
+        elif op == "corpus":
+            c = data.draw(toks)
+            py.load_corpus(c)
+            nat.load_corpus(c)
+        same_state(py, nat)
+    for h in live:
+        for tree in (False, True):
+            assert nat.draft(h, 16, tree) == py.draft(h, 16, tree)
+    nat.check_global()
+    nat.check_requests()
+
+
+@pytest.mark.parametrize("heavy", [1, 4, 24])
+@pytest.mark.parametrize("seed", range(8))
+def test_core_twin_long_sessions(seed, heavy):
+    """Longer streams, deeper tries, tree drafts, batch entry points, steady eviction."""
+    with heavy_threshold(heavy):
+        _core_twin_long_sessions(seed)
+
+
+def _core_twin_long_sessions(seed):
+    rng = random.Random(1000 + seed)
+    vocab = [3, 4, 6, 8, 12, 16, 5, 7][seed]
+    params = dict(max_depth=[3, 4, 6, 8, 12, 24, 2, 5][seed],
+                  global_cache_tokens=[50, 120, 300, 600, 1000, 2000, 80, 400][seed],
+                  max_children=[1, 2, 3, 4, 4, 6, 2, 3][seed],
+                  min_path_prob=[0.0, 0.02, 0.02, 0.05, 0.02, 0.01, 0.1, 0.0][seed],
+                  kappa=[1.0, 0.5, 1.0, 2.0, 1.0, 1.0, 0.25, 3.0][seed],
+                  cache_prompts=bool(seed % 2))
+    py, nat = PySuffixCore(**params), native.SuffixCore(**params)
+    if seed % 3 == 0:
+        c = markov_stream(rng, 200, vocab)
+        py.load_corpus(c)
+        nat.load_corpus(c)
+    truth: dict[int, list[int]] = {}
+    live: list[int] = []
+    next_h = 0
+    for step in range(400):
+        if len(live) < 4 or rng.random() < 0.03:
+            prompt = markov_stream(rng, rng.randint(0, 60), vocab)
+            truth[next_h] = markov_stream(rng, rng.randint(10, 150), vocab)
+            py.start(next_h, prompt)
+            nat.start(next_h, prompt)
+            live.append(next_h)
+            next_h += 1
+        hs = rng.sample(live, k=rng.randint(1, len(live)))
+        budgets = [rng.randint(0, 16) for _ in hs]
+        tree = rng.random() < 0.4
+        tls = []
+        for h in hs:
+            k = rng.randint(1, 4)
+            tls.append(truth[h][:k])
+            truth[h] = truth[h][k:]
+        want = []
+        for h, t, b in zip(hs, tls, budgets):
+            py.extend(h, t)
+            want.append(py.draft(h, b, tree))
+        if step % 3 == 0:
+            got = nat.step_batch(hs, tls, budgets, tree)
+        elif step % 3 == 1:
+            nat.extend_batch(hs, tls)
+            got = nat.draft_batch(hs, budgets, tree)
+        else:
+            got = []
+            for h, t, b in zip(hs, tls, budgets):
+                nat.extend(h, t)
+                got.append(nat.draft(h, b, tree))
+        assert got == want, step
+        if step % 50 == 0:
+            nat.check_global()
+            nat.check_requests()
+        for h in list(live):
+            if not truth[h]:
+                live.remove(h)
+                if rng.random() < 0.85:
+                    py.finish(h)
+                    nat.finish(h)
+                else:
+                    py.abort(h)
+                    nat.abort(h)
+        same_state(py, nat)
+    nat.check_global()
+
+
+def test_core_errors_match():
+    for cls in (PySuffixCore, native.SuffixCore):
+        c = cls(max_depth=4)
+        c.start(1, [1, 2, 3])
+        with pytest.raises(KeyError, match="request handle 1 already started"):
+            c.start(1, [1])
+        for call in (lambda: c.extend(2, [1]), lambda: c.draft(2, 4), lambda: c.finish(2),
+                     lambda: c.abort(2), lambda: c.num_tokens(2)):
+            with pytest.raises(KeyError) as ei:
+                call()
+            assert ei.value.args == (2,)
+        assert c.has(1) and not c.has(2)
+    nat = native.SuffixCore(max_depth=4)
+    nat.start(1, [1, 2])
+    with pytest.raises(KeyError):
+        nat.step_batch([1, 9], [[1], [2]], 4)
+    assert nat.num_tokens(1) == 2  # checked before anything was applied
+    with pytest.raises(ValueError):
+        nat.step_batch([1], [[1], [2]], 4)
+
+
+def test_token_inputs_numpy_and_tuples():
+    np = pytest.importorskip("numpy")
+    rng = random.Random(5)
+    prompt = markov_stream(rng, 300, 7)
+    py, nat = PySuffixCore(max_depth=6), native.SuffixCore(max_depth=6)
+    py.start(0, prompt)
+    nat.start(0, np.asarray(prompt, dtype=np.int64))
+    for dtype in (np.int32, np.int64, np.uint16):
+        t = markov_stream(rng, 5, 7)
+        py.extend(0, t)
+        nat.extend(0, np.asarray(t, dtype=dtype)[::1])
+        assert nat.draft(0, 8, True) == py.draft(0, 8, True)
+    t = markov_stream(rng, 6, 7)
+    py.extend(0, t)
+    nat.extend(0, tuple(np.int64(x) for x in t))
+    assert nat.draft(0, 8) == py.draft(0, 8)
+    arr = np.asarray(markov_stream(rng, 12, 7), dtype=np.int32)[::2]  # strided view
+    py.extend(0, arr.tolist())
+    nat.extend(0, arr)
+    assert nat.draft(0, 8) == py.draft(0, 8)
+
+
+# ------------------------------------------------------------------------------ memory
+def test_memory_returns_to_baseline():
+    rng = random.Random(11)
+    nat = native.SuffixCore(max_depth=8, global_cache_tokens=3000)
+    empty = nat.memory_bytes()
+    assert nat.global_nodes() == 1
+    for h in range(60):
+        nat.start(h, markov_stream(rng, 100, 50))
+        nat.extend(h, markov_stream(rng, rng.randint(50, 400), 50))
+        nat.draft(h, 8)
+        (nat.finish if h % 5 else nat.abort)(h)
+    assert nat.num_requests() == 0
+    assert 0 < nat.cached_tokens <= 3000
+    assert nat.memory_bytes() > empty
+    nat.check_global()
+    evicted = nat.evict_global(0)
+    assert evicted > 0 and nat.cached_tokens == 0 and nat.global_tokens() == 0
+    assert nat.global_nodes() == 1
+    assert nat.memory_bytes() == empty  # an empty global index gives all its memory back
+    # and it keeps working afterwards
+    nat.start(0, [1, 2, 3, 1, 2])
+    nat.extend(0, [3])
+    nat.finish(0)
+    assert nat.global_nodes() > 1
+
+
+def test_memory_bounded_under_churn():
+    """Steady FIFO eviction: nodes are reused, memory stays bounded by the live cache."""
+    rng = random.Random(3)
+    nat = native.SuffixCore(max_depth=12, global_cache_tokens=5000)
+    sizes = []
+    for h in range(120):
+        nat.start(h, [])
+        nat.extend(h, markov_stream(rng, rng.randint(100, 300), 200))
+        nat.finish(h)
+        if h >= 40:
+            sizes.append(nat.memory_bytes())
+    assert max(sizes) < 2.5 * min(sizes)
+    # a fresh core holding about the same cached tokens is not much smaller
+    per_tok = sizes[-1] / nat.global_tokens()
+    assert per_tok < 400, per_tok
+    nat.check_global()
+
+
+def test_compaction_preserves_drafts():
+    rng = random.Random(8)
+    a = native.SuffixCore(max_depth=10, global_cache_tokens=4000)
+    b = PySuffixCore(max_depth=10, global_cache_tokens=4000)
+    for h in range(30):
+        s = markov_stream(rng, 200, 20)
+        for c in (a, b):
+            c.start(h, s[:50])
+            c.extend(h, s[50:])
+            c.finish(h)
+    a.compact_global()
+    a.check_global()
+    assert a.global_nodes() == b.global_nodes()
+    q = markov_stream(rng, 300, 20)
+    for c in (a, b):
+        c.start(999, q[:100])
+    for i in range(100, 300, 3):
+        for c in (a, b):
+            c.extend(999, q[i:i + 3])
+        assert a.draft(999, 12, True) == b.draft(999, 12, True)
+
+
+@pytest.mark.parametrize("max_children", [-2, -1, 0, 9, 12])
+def test_core_twin_unusual_max_children(max_children):
+    """Python slice semantics for max_children (negative, zero) and more than the native index
+    buffers per high-fanout node (8), which takes the full-scan path."""
+    rng = random.Random(max_children + 100)
+    params = dict(max_depth=6, global_cache_tokens=400, max_children=max_children, min_path_prob=0.0)
+    py, nat = PySuffixCore(**params), native.SuffixCore(**params)
+    for h in range(30):
+        s = markov_stream(rng, 80, 14)
+        for c in (py, nat):
+            c.start(h, s[:20])
+        for i in range(20, 80, 3):
+            for c in (py, nat):
+                c.extend(h, s[i:i + 3])
+            tree = i % 2 == 0
+            assert nat.draft(h, 10, tree) == py.draft(h, 10, tree)
+        for c in (py, nat):
+            c.finish(h)
+    nat.check_global()
+
+
+def test_index_compact_keeps_answers():
+    rng = random.Random(21)
+    idx, ref = native.SuffixIndex(5), PySuffixIndex(5)
+    for sid in range(8):
+        toks = markov_stream(rng, 150, 6)
+        for x in (idx, ref):
+            x.add_sequence(sid)
+            x.extend(sid, toks)
+            x.close(sid)
+    for x in (idx, ref):
+        x.remove(2)
+        x.remove(5)
+    idx.compact()
+    idx.check()
+    assert idx.num_nodes() == ref.num_nodes()
+    seqs = [ref.seqs[s] for s in sorted(ref.seqs)]
+    check_counts(idx, seqs, 5, 6)
+    for _ in range(200):
+        g = markov_stream(rng, rng.randint(0, 7), 6)
+        got, want = idx.longest_match(g, 6), ref.longest_match(g, 6)
+        assert got[1] == want[1] and (got[0] is None) == (want[0] is None)
+        if want[0] is not None:
+            assert idx.continuations(got[0]) is not None
+            assert [c[:2] for c in idx.continuations(got[0])] == [c[:2] for c in ref.continuations(want[0])]
