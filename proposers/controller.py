@@ -62,6 +62,7 @@ class CostModel:
         self._c = [p[1] for p in points]
         self._prior = prior
         self._obs: dict[int, list[float]] = {}  # bucket -> [decayed sum of ratios, decayed count]
+        self._memo: dict[float, float] = {}
 
     def base_cost(self, tokens: float) -> float:
         t, c = self._t, self._c
@@ -88,6 +89,12 @@ class CostModel:
         return 1.0 + w * (rel - 1.0)
 
     def cost(self, tokens: float) -> float:
+        c = self._memo.get(tokens)
+        if c is None:
+            c = self._memo[tokens] = self._cost(tokens)
+        return c
+
+    def _cost(self, tokens: float) -> float:
         # a floor of 0.2% of a pass per extra token: scoring a token is never quite free (KV
         # writes, sampling), so among equally good choices the shorter draft wins
         return self.base_cost(tokens) * self._factor(self._bucket(tokens)) + 0.002 * (tokens - 1)
@@ -96,6 +103,7 @@ class CostModel:
         """A verification pass that scored ``tokens`` tokens took ``seconds``."""
         if tokens <= 0 or seconds <= 0:
             return
+        self._memo.clear()
         obs = self._obs.setdefault(self._bucket(tokens), [0.0, 0.0])
         obs[0] = 0.9 * obs[0] + seconds / self.base_cost(tokens)
         obs[1] = 0.9 * obs[1] + 1.0
@@ -122,6 +130,7 @@ class DraftLengthController:
         self.idle_decay = idle_decay
         self._bin_acc = [0.0] * _NUM_BINS
         self._bin_n = [0.0] * _NUM_BINS
+        self._cal = [(b + 0.5) / _NUM_BINS for b in range(_NUM_BINS)]  # calibrated(p) per bin
         self._requests: dict[object, _RequestEvidence] = {}
         self.chosen_lengths: dict[int, int] = {}  # histogram of chosen draft lengths
 
@@ -131,10 +140,14 @@ class DraftLengthController:
         return min(_NUM_BINS - 1, max(0, int(p * _NUM_BINS)))
 
     def calibrated(self, p: float) -> float:
-        b = self._bin(p)
-        centre = (b + 0.5) / _NUM_BINS
+        return self._cal[self._bin(p)]
+
+    def _update_bin(self, b: int, accepted: bool) -> None:
+        self._bin_n[b] += 1.0
+        if accepted:
+            self._bin_acc[b] += 1.0
         prior = self.calibration_prior
-        return (self._bin_acc[b] + prior * centre) / (self._bin_n[b] + prior)
+        self._cal[b] = (self._bin_acc[b] + prior * (b + 0.5) / _NUM_BINS) / (self._bin_n[b] + prior)
 
     def request_factor(self, key) -> float:
         ev = self._requests.get(key)
@@ -156,10 +169,8 @@ class DraftLengthController:
         expected = 0.0
         for i, p in enumerate(probs[: a + 1]):
             b = self._bin(p)
-            self._bin_n[b] += 1.0
-            if i < a:
-                self._bin_acc[b] += 1.0
-            expected += self.calibrated(p)
+            self._update_bin(b, i < a)
+            expected += self._cal[b]
         d = self.request_decay
         ev.accepted = d * ev.accepted + a
         ev.expected = d * ev.expected + expected
@@ -168,13 +179,18 @@ class DraftLengthController:
     def path_gains(self, key, parents, probs) -> list[float]:
         """Calibrated path acceptance probability of each node, made non-increasing."""
         f = self.request_factor(key)
+        cal = self._cal
         out: list[float] = []
         run = 1.0
         for i, p in enumerate(probs):
-            q = min(_MAX_PROB, self.calibrated(p) * f)
+            b = int(p * _NUM_BINS)
+            q = cal[b if b < _NUM_BINS else _NUM_BINS - 1] * f
+            if q > _MAX_PROB:
+                q = _MAX_PROB
             par = parents[i]
-            g = q * (out[par] if par >= 0 else 1.0)
-            run = min(run, g)
+            g = q * out[par] if par >= 0 else q
+            if g < run:
+                run = g
             out.append(run)
         return out
 
@@ -184,23 +200,24 @@ class DraftLengthController:
         ``drafts`` are (parents, probs) pairs in node order. Returns one count per request.
         """
         B = len(keys)
-        gains = []
+        gains = []  # (-gain, request): each request's gains are non-increasing already
         for r, (key, (parents, probs)) in enumerate(zip(keys, drafts)):
-            for i, g in enumerate(self.path_gains(key, parents, probs)):
+            for g in self.path_gains(key, parents, probs):
                 if g < self.min_gain:
-                    break  # gains are non-increasing: the rest are below the floor too
-                gains.append((-g, r, i))
-        gains.sort()
+                    break  # the rest are below the floor too
+                gains.append((-g, r))
+        if B > 1:
+            gains.sort()
         cm = self.cost_model
         best_j, best_ratio = 0, B / cm.cost(B) if B else 0.0
         num = float(B)
-        for j, (ng, _, _) in enumerate(gains, start=1):
+        for j, (ng, _) in enumerate(gains, start=1):
             num -= ng
             ratio = num / cm.cost(B + j)
             if ratio > best_ratio:
                 best_j, best_ratio = j, ratio
         counts = [0] * B
-        for _, r, _ in gains[:best_j]:
+        for _, r in gains[:best_j]:
             counts[r] += 1
         for key, k in zip(keys, counts):
             self.chosen_lengths[k] = self.chosen_lengths.get(k, 0) + 1
