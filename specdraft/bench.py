@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("-k", "--num-speculative-tokens", type=int, default=8)
     ap.add_argument("--limit", type=int, help="use only the first N requests")
     ap.add_argument("--sequential", action="store_true", help="one request at a time (batch 1)")
-    ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--max-model-len", type=int, default=8192)
     ap.add_argument("--json", required=True)
     args = ap.parse_args(argv)
 
@@ -155,6 +155,10 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"specdraft bench: {e}", file=sys.stderr)
         return 2
+    fits = [r for r in records if len(r["prompt_token_ids"]) + len(r["output_token_ids"]) <= args.max_model_len]
+    if len(fits) < len(records):
+        progress(f"[bench] skipping {len(records) - len(fits)} requests longer than --max-model-len")
+    records = fits
     name = args.model or records[0].get("model") or "smollm2-135m"
     path = str(model_path(name)) if name in MODELS else name
     prompts = [r["prompt_token_ids"] for r in records]
