@@ -206,20 +206,27 @@ class HFPromptLookupMethod(Method):
         return toks, list(range(-1, len(toks) - 1))
 
 
+def _specdraft(name: str, chain_only: bool = False, **options):
+    def make(cost_model=None):
+        opts = dict(options)
+        if cost_model is not None:
+            opts["cost_model"] = cost_model
+        return SpecdraftMethod(name, opts, chain_only=chain_only)
+    make.adaptive = options.get("adaptive", True)  # its controller needs the cost curve
+    return make
+
+
 METHODS = {
-    "specdraft-suffix": lambda: SpecdraftMethod("specdraft-suffix", {"strategy": "suffix"}),
-    "specdraft-suffix-fixed": lambda: SpecdraftMethod("specdraft-suffix-fixed",
-                                                      {"strategy": "suffix", "adaptive": False}),
-    "specdraft-tree": lambda: SpecdraftMethod("specdraft-tree", {"strategy": "tree"}),
-    "specdraft-tree-fixed": lambda: SpecdraftMethod("specdraft-tree-fixed",
-                                                    {"strategy": "tree", "adaptive": False}),
+    "specdraft-suffix": _specdraft("specdraft-suffix", strategy="suffix"),
+    "specdraft-suffix-fixed": _specdraft("specdraft-suffix-fixed", strategy="suffix", adaptive=False),
+    "specdraft-tree": _specdraft("specdraft-tree", strategy="tree"),
+    "specdraft-tree-fixed": _specdraft("specdraft-tree-fixed", strategy="tree", adaptive=False),
     # the tree reduced to its best path, as specdraft runs in chain-verifying engines (vLLM)
-    "specdraft-tree-path": lambda: SpecdraftMethod("specdraft-tree-path", {"strategy": "tree"},
-                                                   chain_only=True),
-    "specdraft-lookup": lambda: SpecdraftMethod("specdraft-lookup", {"strategy": "lookup"}),
-    "vllm-ngram": lambda: VllmNgramMethod("vllm-ngram"),
-    "arctic-suffix": lambda: ArcticSuffixMethod("arctic-suffix"),
-    "hf-prompt-lookup": lambda: HFPromptLookupMethod("hf-prompt-lookup"),
+    "specdraft-tree-path": _specdraft("specdraft-tree-path", chain_only=True, strategy="tree"),
+    "specdraft-lookup": _specdraft("specdraft-lookup", strategy="lookup"),
+    "vllm-ngram": lambda cost_model=None: VllmNgramMethod("vllm-ngram"),
+    "arctic-suffix": lambda cost_model=None: ArcticSuffixMethod("arctic-suffix"),
+    "hf-prompt-lookup": lambda cost_model=None: HFPromptLookupMethod("hf-prompt-lookup"),
 }
 DEFAULT_METHODS = ["specdraft-suffix", "specdraft-suffix-fixed", "specdraft-tree",
                    "specdraft-tree-path", "specdraft-lookup", "vllm-ngram", "arctic-suffix", "hf-prompt-lookup"]
@@ -276,8 +283,30 @@ def est_speedup(pass_sizes: Iterable[int], output_tokens: int, curve) -> float:
     return output_tokens * cm.base_cost(1) / spec if spec else 1.0
 
 
+def _replay_method(method: Method, records: list[dict], max_k: int, workloads, progress) -> dict:
+    per_w = {w: {"target_passes": 0, "drafted_tokens": 0, "accepted_tokens": 0, "drafts": 0,
+                 "output_tokens": 0, "requests": 0, "pass_sizes": []} for w in workloads}
+    for i, rec in enumerate(records):
+        r = replay_request(method, rec["prompt_token_ids"], rec["output_token_ids"], max_k,
+                           rec.get("max_tokens"))
+        agg = per_w[rec["workload"]]
+        for k in ("target_passes", "drafted_tokens", "accepted_tokens", "drafts", "output_tokens"):
+            agg[k] += r[k]
+        agg["requests"] += 1
+        agg["pass_sizes"].extend(r["pass_sizes"])
+        if progress and (i + 1) % 50 == 0:
+            progress(f"[replay] {method.name}: {i + 1}/{len(records)} requests")
+    return per_w
+
+
 def replay(records: list[dict], methods: list[str], max_k: int = 16,
            cost_models: dict | None = None, progress=None) -> dict:
+    """Replay every method over the records.
+
+    Counts come from one run per method. A method with the adaptive controller is run once per
+    cost model, its controller using that curve, and each estimated speedup comes from the run
+    whose controller assumed the same costs (its counts are those of the first cost model's run).
+    """
     cost_models = cost_models or {name: name for name in CURVES}
     workloads = sorted({r["workload"] for r in records})
     results: dict = {w: {} for w in workloads}
@@ -285,33 +314,32 @@ def replay(records: list[dict], methods: list[str], max_k: int = 16,
     for mname in methods:
         if mname not in METHODS:
             raise ValueError(f"unknown method {mname!r}; accepted: {', '.join(METHODS)}")
-        method = METHODS[mname]()
-        per_w = {w: {"target_passes": 0, "drafted_tokens": 0, "accepted_tokens": 0, "drafts": 0,
-                     "output_tokens": 0, "requests": 0, "pass_sizes": []} for w in workloads}
+        factory = METHODS[mname]
+        adaptive = getattr(factory, "adaptive", False)
+        runs = {}
         t0 = time.perf_counter()
-        for i, rec in enumerate(records):
-            r = replay_request(method, rec["prompt_token_ids"], rec["output_token_ids"], max_k,
-                               rec.get("max_tokens"))
-            agg = per_w[rec["workload"]]
-            for k in ("target_passes", "drafted_tokens", "accepted_tokens", "drafts", "output_tokens"):
-                agg[k] += r[k]
-            agg["requests"] += 1
-            agg["pass_sizes"].extend(r["pass_sizes"])
-            if progress and (i + 1) % 50 == 0:
-                progress(f"[replay] {mname}: {i + 1}/{len(records)} requests")
-        secs = time.perf_counter() - t0
+        for cm, curve in (cost_models.items() if adaptive else [(None, None)]):
+            runs[cm] = _replay_method(factory(curve), records, max_k, workloads, progress)
+            if cm is not None and len(runs) == 1:
+                secs = time.perf_counter() - t0  # the speed of one pass over the trace
+        if not adaptive:
+            secs = time.perf_counter() - t0
+        per_w = next(iter(runs.values()))
         total_out = sum(a["output_tokens"] for a in per_w.values())
         speed[mname] = {"seconds": secs, "replayed_tokens_per_s": total_out / secs if secs else 0.0}
         for w, agg in per_w.items():
+            agg = dict(agg)
             sizes = agg.pop("pass_sizes")
             agg["mean_acceptance_length"] = agg["output_tokens"] / agg["target_passes"]
             agg["drafted_per_accepted"] = (agg["drafted_tokens"] / agg["accepted_tokens"]
                                            if agg["accepted_tokens"] else None)
-            agg["est_speedup"] = {cm: est_speedup(sizes, agg["output_tokens"], curve)
-                                  for cm, curve in cost_models.items()}
+            agg["est_speedup"] = {
+                cm: est_speedup(runs[cm][w]["pass_sizes"] if adaptive else sizes,
+                                agg["output_tokens"], curve)
+                for cm, curve in cost_models.items()}
             results[w][mname] = agg
         if progress:
-            progress(f"[replay] {mname}: done in {secs:.1f}s "
+            progress(f"[replay] {mname}: done in {secs:.1f}s per pass "
                      f"({speed[mname]['replayed_tokens_per_s']:,.0f} tokens/s)")
     return {"results": results, "speed": speed, "settings": {
         "max_draft": max_k, "methods": methods, "cost_models": cost_models,
@@ -330,13 +358,30 @@ def format_table(out: dict, cost_model: str) -> str:
     return "\n".join(rows)
 
 
+def markdown_table(out: dict) -> str:
+    """Per workload and method: tokens per pass, drafted per accepted, estimated speedups."""
+    cms = list(out["settings"]["cost_models"])
+    head = ["workload", "method", "MAL", "passes", "drafted", "accepted", "drafted/acc"] + \
+        [f"est x {cm}" for cm in cms]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for w, methods in out["results"].items():
+        for m, a in methods.items():
+            dpa = a["drafted_per_accepted"]
+            rows.append("| " + " | ".join(
+                [w, m, f"{a['mean_acceptance_length']:.2f}", str(a["target_passes"]),
+                 str(a["drafted_tokens"]), str(a["accepted_tokens"]),
+                 f"{dpa:.2f}" if dpa is not None else "-"] +
+                [f"{a['est_speedup'][cm]:.2f}" for cm in cms]) + " |")
+    return "\n".join(rows)
+
+
 def plot(out: dict, path: str, cost_model: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     workloads = list(out["results"])
     methods = out["settings"]["methods"]
-    fig, axes = plt.subplots(1, 2, figsize=(max(10, 1.6 * len(workloads) * 2), 4.5))
+    fig, axes = plt.subplots(2, 1, figsize=(max(9, 1.3 * len(workloads)), 8))
     width = 0.8 / max(1, len(methods))
     for ax, key, title in ((axes[0], "mean_acceptance_length", "tokens per target pass"),
                            (axes[1], "est_speedup", f"estimated speedup ({cost_model})")):
@@ -351,7 +396,7 @@ def plot(out: dict, path: str, cost_model: str) -> None:
         ax.set_xticklabels(workloads, rotation=30, ha="right")
         ax.set_title(title)
         ax.axhline(1.0, color="grey", lw=0.8)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, ncol=4)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -384,6 +429,7 @@ def main(argv=None) -> int:
                     f"({', '.join(CURVES)}) or NAME=FILE.json; default: all presets")
     ap.add_argument("--json", required=True, help="where to write the results")
     ap.add_argument("--png", help="chart path (default: next to --json)")
+    ap.add_argument("--markdown", help="also write the table as Markdown here")
     args = ap.parse_args(argv)
     if args.max_draft < 1:
         ap.error(f"--max-draft must be >= 1, got {args.max_draft}")
@@ -404,6 +450,10 @@ def main(argv=None) -> int:
         json.dump(out, f, indent=1)
     first_cm = next(iter(cms))
     print(format_table(out, first_cm))
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(markdown_table(out) + "\n")
+        print(f"[replay] markdown table: {args.markdown}")
     png = args.png or os.path.splitext(args.json)[0] + ".png"
     try:
         plot(out, png, first_cm)
