@@ -39,6 +39,10 @@ def make_llm(model: str, speculative_config: dict | None, *, max_model_len: int 
              max_num_seqs: int = 8, seed: int = 0, **kwargs):
     engine_env()
     from vllm import LLM
+    if speculative_config is not None:
+        # per-request counters: vLLM's Prometheus registry is per process, so with several
+        # engines in one process only the last one's global counters survive
+        kwargs.setdefault("per_request_spec_decode_metrics", "summary")
     return LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=max_model_len,
                max_num_seqs=max_num_seqs, seed=seed, speculative_config=speculative_config,
                disable_log_stats=False, **kwargs)
@@ -73,13 +77,24 @@ def generate(llm, prompts: list[list[int]], max_tokens: int | list[int], tempera
     maxes = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
     params = [SamplingParams(temperature=temperature, max_tokens=m, seed=seed, ignore_eos=ignore_eos)
               for m in maxes]
-    before = spec_counters(llm)
     t0 = time.perf_counter()
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     secs = time.perf_counter() - t0
-    after = spec_counters(llm)
-    return RunResult([list(o.outputs[0].token_ids) for o in outs], secs,
-                     {k: after[k] - before[k] for k in after})
+    return RunResult([list(o.outputs[0].token_ids) for o in outs], secs, request_counters(outs))
+
+
+def request_counters(outs) -> dict[str, int]:
+    """drafts (verify steps with a draft), drafted and accepted tokens, from vLLM's per-request
+    spec-decode metrics (zero for an engine without speculation)."""
+    c = {v: 0 for v in SPEC_COUNTERS.values()}
+    for o in outs:
+        m = getattr(o.outputs[0], "spec_decode_metrics", None)
+        if m is None:
+            continue
+        c["drafts"] += sum(m.histogram)
+        c["accepted_tokens"] += sum(j * n for j, n in enumerate(m.histogram))
+        c["drafted_tokens"] += m.num_draft_tokens
+    return c
 
 
 def cpu_pressure() -> str | None:
