@@ -1,0 +1,118 @@
+"""specdraft's ``vllm.general_plugins`` entry point.
+
+vLLM runs ``register()`` in every process it starts (API server, engine core, workers), for
+every user of an environment where specdraft is installed, so it stays cheap and never raises:
+
+* process 0: teach ``EngineArgs`` the ``"specdraft"`` key of ``speculative_config`` (vLLM's
+  config forbids unknown keys). Options are validated there, so a bad option fails startup before
+  any engine process starts, and they travel to the workers on the config object. The same hook
+  registers the Prometheus collector that exports specdraft's figures for that engine.
+* CPU workers of affected vLLM versions: fix the rejection sampler's expand kernel
+  (vllm-project/vllm PR #55006), which makes temperature > 0 speculation wrong (logged once per
+  process), and guard the CPU top-k path against steps without draft tokens (a top_k request
+  otherwise kills the engine under any speculative method).
+* The request-identity hooks on the model runner are installed by the proposer's constructor
+  (specdraft.adapters), so engines that do not use a specdraft proposer are never touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any
+
+_log = logging.getLogger("vllm.specdraft")
+_PROPOSER_MODULE = "specdraft.plugins.vllm"
+
+
+def register() -> None:
+    try:
+        from specdraft.adapters import (
+            UnsupportedEngineVersion,
+            installed_vllm_version,
+            parse_version,
+            vllm_adapter,
+        )
+
+        try:
+            adapter = vllm_adapter()
+        except UnsupportedEngineVersion as e:
+            _log.warning("specdraft: %s specdraft proposers will refuse to start.", e)
+            return
+        adapter.install_config_hook(prepare_speculative_config)
+        version = installed_vllm_version()
+        if adapter.sampler_fix_needed(parse_version(version)):
+            _apply_sampler_fix(adapter, version)
+        if adapter.top_k_guard_needed(parse_version(version)):
+            if adapter.apply_top_k_guard() == "applied":
+                adapter.logger().debug("specdraft: guarded vLLM's CPU top-k against batches "
+                                       "with no draft token")
+    except Exception:  # noqa: BLE001 - a plugin must not stop vLLM from starting
+        _log.exception("specdraft: vLLM plugin setup failed; specdraft proposers will still run, "
+                       "but options from speculative_config['specdraft'] may be refused")
+
+
+def _apply_sampler_fix(adapter: Any, version: str) -> None:
+    outcome = adapter.apply_sampler_fix()
+    log = adapter.logger()
+    if outcome == "applied":
+        log.info("specdraft: fixed the CPU rejection sampler of vLLM %s (vllm-project/vllm "
+                 "PR #55006: expand_kernel wrote temperature/top-k/top-p into a temporary copy, so "
+                 "temperature > 0 speculative decoding sampled from the wrong distribution)",
+                 version)
+    elif outcome == "disabled":
+        log.warning("specdraft: the CPU rejection-sampler fix is disabled (%s=0): temperature > 0 "
+                    "speculative decoding on this vLLM samples from the wrong distribution",
+                    adapter.SAMPLER_FIX_ENV)
+
+
+def proposer_class(model: str) -> type | None:
+    """The specdraft proposer class named by speculative_config's ``model``, None if not one.
+
+    Names under ``specdraft.`` must be one of specdraft's proposers (a typo fails startup here,
+    not in a worker); other names count when they import to a subclass of SpecdraftProposer.
+    """
+    from specdraft.plugins import vllm as proposers
+
+    module, _, name = model.rpartition(".")
+    if model.startswith("specdraft."):
+        cls = getattr(proposers, name, None) if module == _PROPOSER_MODULE else None
+        if not (isinstance(cls, type) and issubclass(cls, proposers.SpecdraftProposer)):
+            choices = ", ".join(f"{_PROPOSER_MODULE}.{n}"
+                                for n in ("SpecdraftProposer", *proposers.PROPOSERS.values()))
+            raise proposers.config_error(
+                f"speculative_config['model'] = {model!r} is not a specdraft proposer; "
+                f"choose one of {choices}")
+        return cls
+    try:
+        cls = getattr(importlib.import_module(module), name, None)
+    except Exception:  # noqa: BLE001 - not ours to judge; vLLM reports it in the worker
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, proposers.SpecdraftProposer) else None
+
+
+def prepare_speculative_config(spec_config: Any, raw_options: Any, given: bool) -> None:
+    """Validate specdraft's options and attach them to the built SpeculativeConfig (process 0)."""
+    from specdraft.adapters import vllm_adapter
+    from specdraft.plugins import vllm as proposers
+    from specdraft.plugins import vllm_metrics
+
+    adapter = vllm_adapter()
+    model = getattr(spec_config, "model", None) or ""
+    cls = proposer_class(model) if adapter.is_custom_class(spec_config) and "." in model else None
+    if cls is None:
+        if given:
+            raise proposers.config_error(
+                "speculative_config has specdraft options ('specdraft' key) but does not use a "
+                "specdraft proposer; set \"method\": \"custom_class\" and \"model\": "
+                f"\"{_PROPOSER_MODULE}.SuffixProposer\" (or LookupProposer, TreeProposer)")
+        return
+    options = cls.resolve_options(proposers.load_options(raw_options))
+    metrics_dir = vllm_metrics.new_metrics_dir()
+    target = getattr(spec_config, "target_model_config", None)
+    served = getattr(target, "served_model_name", None) or getattr(target, "model", "") or ""
+    if isinstance(served, (list, tuple)):
+        served = served[0] if served else ""
+    labels = {"model_name": str(served), "proposer": cls.__name__}
+    vllm_metrics.SpecdraftCollector.add_source(metrics_dir, labels)
+    adapter.attach(spec_config, options, metrics_dir)
