@@ -21,7 +21,6 @@ NUM_SPEC_TOKENS = 8
 KV_CACHE_BYTES = 48 * 2**20
 
 # Engine processes are spawned; they inherit the environment present when the engine starts.
-os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override kv_cache_memory_bytes
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")
 # Modules in this folder (e.g. faulty_proposer) must import in the engine's worker processes.
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -32,9 +31,13 @@ if _here not in sys.path:
     sys.path.insert(0, _here)
 
 
+_NO_ENGINE = ("test_vllm_version.py", "test_vllm_adapter.py")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "integration_tests" in str(item.fspath) and "test_vllm_version" not in str(item.fspath):
+        path = str(item.fspath)
+        if "integration_tests" in path and not path.endswith(_NO_ENGINE):
             item.add_marker(pytest.mark.vllm)
 
 
@@ -68,11 +71,17 @@ def spec_config(model: str = "specdraft.plugins.vllm.SuffixProposer", k: int = N
 
 @contextlib.contextmanager
 def make_llm(model: str, env: dict | None = None, **overrides):
-    """An LLM whose engine processes see ``env``; shut down on exit."""
+    """An LLM whose engine processes see ``env`` (None: unset); shut down on exit."""
     from vllm import LLM
 
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
+    # Other modules may set VLLM_CPU_KVCACHE_SPACE, which overrides kv_cache_memory_bytes.
+    env = {"VLLM_CPU_KVCACHE_SPACE": None, **(env or {})}
+    saved = {k: os.environ.get(k) for k in env}
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
     try:
         llm = LLM(**engine_kwargs(model, **overrides))
     finally:
