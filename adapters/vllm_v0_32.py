@@ -412,3 +412,55 @@ def apply_top_k_guard() -> str:
     apply_top_k_only._specdraft_guard = True
     topk_topp_sampler.apply_top_k_only = apply_top_k_only
     return "applied"
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-request state, cleared between benchmark rounds
+# ---------------------------------------------------------------------------------------------
+# A benchmark round that sends the same prompts again would find each request's whole output in
+# the state the previous round left: the prefix cache (engine core), vLLM ``suffix``'s global
+# cache and specdraft's global cache (both in the worker, on ``runner.drafter``). 0.32 facts:
+# ``LLM.reset_prefix_cache()`` clears the first; ``LLM.collective_rpc(name)`` calls a method of
+# ``WorkerWrapperBase`` (which forwards unknown names to the worker) in every worker; a callable
+# would need VLLM_ALLOW_INSECURE_SERIALIZATION, so the plugin adds a named method instead.
+# ``SuffixDecodingProposer.suffix_cache`` is arctic's ``SuffixDecodingCache``: requests still
+# active there are stopped (they would otherwise be cached at the next step) and every cached
+# response is evicted.
+
+RESET_METHOD = "specdraft_reset_cross_request_state"
+
+
+def _reset_worker_state(worker_wrapper: Any) -> dict:
+    worker = getattr(worker_wrapper, "worker", worker_wrapper)
+    drafter = getattr(getattr(worker, "model_runner", None), "drafter", None)
+    if drafter is None:
+        return {"drafter": None}
+    reset = getattr(drafter, "reset_cross_request_state", None)
+    if reset is not None:  # a specdraft proposer
+        return {"drafter": type(drafter).__name__, **reset()}
+    cache = getattr(drafter, "suffix_cache", None)
+    if cache is not None:  # vLLM's built-in suffix proposer
+        active = list(cache.active_requests)
+        for req_id in active:
+            cache.stop_request(req_id)
+        cached = list(cache.cached_requests)
+        for req_id in cached:
+            cache.evict_cached_response(req_id)
+        return {"drafter": type(drafter).__name__, "stopped": len(active), "evicted": len(cached)}
+    return {"drafter": type(drafter).__name__}  # stateless across requests (ngram)
+
+
+def install_worker_methods() -> None:
+    """Adds RESET_METHOD to vLLM's worker wrapper (cheap; called in every vLLM process)."""
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
+
+    if not hasattr(WorkerWrapperBase, RESET_METHOD):
+        setattr(WorkerWrapperBase, RESET_METHOD, _reset_worker_state)
+
+
+def reset_cross_request_state(llm: Any) -> dict:
+    """Clears what an offline ``vllm.LLM`` keeps across requests: the prefix cache and the
+    drafter's global cache. Call it only when no request is in flight."""
+    prefix = bool(llm.reset_prefix_cache())
+    workers = llm.collective_rpc(RESET_METHOD)
+    return {"prefix_cache_reset": prefix, "workers": workers}

@@ -109,6 +109,7 @@ class SpecdraftProposer:
         drafter_options = dict(self.options)
         # The controller's prior for verification cost; step timings refine it.
         drafter_options.setdefault("cost_model", self.adapter.cost_model_preset(vllm_config))
+        self._drafter_args = (drafter_options, vllm_config)
         self.drafter = self.build_drafter(drafter_options, vllm_config)
         self.requests = RequestSync(self.drafter)
         self._rows_alone = RequestSync(self.drafter)  # stateless drafting's throwaway requests
@@ -173,6 +174,20 @@ class SpecdraftProposer:
 
     def specdraft_hook_failed(self, error: Exception) -> None:
         self._failed(error)
+
+    def reset_cross_request_state(self) -> dict:
+        """Forget every request and the global cache (corpora are loaded again): what a
+        benchmark round needs so that it cannot copy the previous round's outputs. Called between
+        rounds, with no request in flight; finish notices still pending are dropped with them."""
+        live = len(self.requests)
+        cached = self.drafter.metrics().get("global_cache_tokens", 0)
+        self._finished.clear()
+        self._step_started = None
+        self.requests.reset()
+        self.drafter = self.build_drafter(*self._drafter_args)
+        self.requests = RequestSync(self.drafter)
+        self._rows_alone = RequestSync(self.drafter)
+        return {"dropped_requests": live, "dropped_cache_tokens": cached}
 
     # -- the step --------------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ every user of an environment where specdraft is installed, so it stays cheap and
   (vllm-project/vllm PR #55006), which makes temperature > 0 speculation wrong (logged once per
   process), and guard the CPU top-k path against steps without draft tokens (a top_k request
   otherwise kills the engine under any speculative method).
+* Workers: a named method that clears the drafter's cross-request state (benchmark rounds use
+  it through ``LLM.collective_rpc``; see the adapter's ``reset_cross_request_state``).
 * The request-identity hooks on the model runner are installed by the proposer's constructor
   (specdraft.adapters), so engines that do not use a specdraft proposer are never touched.
 """
@@ -40,6 +42,7 @@ def register() -> None:
             _log.warning("specdraft: %s specdraft proposers will refuse to start.", e)
             return
         adapter.install_config_hook(prepare_speculative_config)
+        adapter.install_worker_methods()
         version = installed_vllm_version()
         if adapter.sampler_fix_needed(parse_version(version)):
             _apply_sampler_fix(adapter, version)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import sys
 import textwrap
 
@@ -63,6 +64,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("-k", "--num-speculative-tokens", type=int, default=8)
+    ap.add_argument("--one-at-a-time", action="store_true",
+                    help="run engines one at a time even when they fit in memory together")
     ap.add_argument("--json", default="results/demo.json", help="where the results go")
     args = ap.parse_args(argv)
 
@@ -70,28 +73,45 @@ def main(argv=None) -> int:
         print(msg, flush=True)
 
     from specdraft import live
-    from specdraft.models import MODELS, model_path
+    from specdraft.bench import (format_table, run_interleaved, start_engines, summarize,
+                                 write_results)
+    from specdraft.models import resolve_model
     configs = live.method_configs()
     unknown = [m for m in args.methods if m not in configs]
     if unknown or "none" not in args.methods:
         ap.error(f"--methods must include 'none' and be among {', '.join(configs)}; got {unknown}")
-    path = model_path(args.model) if args.model in MODELS else args.model
+    path = resolve_model(args.model, progress)
     progress(f"[demo] model {args.model}: {path}")
-
-    from specdraft.bench import format_table, run_interleaved, start_engines, summarize, write_results
-    engines = start_engines(str(path), args.methods, args.num_speculative_tokens, progress,
-                            max_model_len=2048, max_num_seqs=8)
-    tokenizer = engines["none"].get_tokenizer()
-    names, prompts = build_prompts(tokenizer, engines["none"], args.max_tokens, progress)
-    runs = run_interleaved(engines, prompts, args.max_tokens, args.rounds, progress)
+    try:
+        plan = live.plan_engines(path, len(args.methods))
+    except live.MemoryPlanError as e:
+        print(f"specdraft demo: {e}", file=sys.stderr)
+        return 2
+    if args.one_at_a_time:
+        plan.mode = "one-at-a-time"
+    progress(f"[demo] {plan.describe()}")
+    log_path = os.path.splitext(args.json)[0] + ".log"
+    progress(f"[demo] vLLM's output goes to {log_path}")
+    with live.engine_log(log_path) as say:
+        engines = start_engines(path, args.methods, args.num_speculative_tokens, say, plan,
+                                max_model_len=2048, max_num_seqs=8)
+        try:
+            with engines.engine("none") as llm_none:  # the second turns need the first answers
+                names, prompts = build_prompts(llm_none.get_tokenizer(), llm_none,
+                                               args.max_tokens, say)
+            runs = run_interleaved(engines, prompts, args.max_tokens, args.rounds, say,
+                                   methods=args.methods)
+        finally:
+            engines.close()
     table = summarize(runs)
     title = (f"model {args.model}, {len(prompts)} prompts ({', '.join(names)}), max {args.max_tokens} "
-             f"tokens, k={args.num_speculative_tokens}, {args.rounds} interleaved rounds, float32, CPU")
+             f"tokens, k={args.num_speculative_tokens}, {args.rounds} interleaved rounds "
+             f"({plan.mode}), caches cleared before every run, float32, CPU")
     print()
     print(title)
     print(format_table(table))
-    write_results(args.json, {"settings": vars(args), "prompts": names, "table": table},
-                  table, title, progress)
+    write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "prompts": names,
+                              "table": table}, table, title, progress)
     ok = all(t["identical_to_no_spec"] for t in table.values())
     return 0 if ok else 1
 

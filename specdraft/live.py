@@ -1,15 +1,22 @@
 """Live vLLM runs shared by ``specdraft record``, ``bench`` and ``demo``.
 
-One ``vllm.LLM`` per method, all loaded at once so runs can be interleaved (A B C D A B C D ...)
-and a noisy neighbour hits every method alike. Exactness needs float32 (NOTES: bfloat16 drifts
-between one-token and multi-token passes).
+One ``vllm.LLM`` per method. When they fit in memory together they are all loaded at once so runs
+can be interleaved (A B C D A B C D ...) and a noisy neighbour hits every method alike; when they
+do not, ``plan_engines`` says so and the runs start one engine at a time (see specdraft.bench).
+Exactness needs float32 (bfloat16 drifts between one-token and multi-token passes).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import json
 import os
+import struct
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 SPEC_COUNTERS = {
     "vllm:spec_decode_num_drafts": "drafts",
@@ -30,9 +37,158 @@ def method_configs(k: int = 16) -> dict[str, dict | None]:
     }
 
 
-def engine_env(kv_cache_gib: int = 1) -> None:
+KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE for live runs unless the environment sets it
+
+
+def engine_env(kv_cache_gib: int = KV_CACHE_GIB) -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def kv_cache_bytes() -> int:
+    return int(float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)) * 2**30)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory planning: do the engines fit together?
+# ---------------------------------------------------------------------------------------------
+# Resident memory of one vLLM CPU engine (engine core + worker process) = weights x (1 + WEIGHT_EXTRA)
+# + the KV space + ENGINE_FIXED; the process driving the engines adds DRIVER_FIXED once.
+# Measured on this project's machines (2 cores, vLLM 0.32 CPU, float32, enforce_eager, after a
+# generate call): SmolLM2-135M (0.54 GB of weights) with a 1 GiB KV space: worker 2.51 GiB, engine
+# core 0.77 GiB, driver 0.83 GiB; Qwen2.5-Coder-1.5B (6.2 GB of weights): 10.6 GB per engine. The two
+# points give the weight-proportional extra (CPU kernels keep re-packed copies of some weights) and
+# the fixed part.
+WEIGHT_EXTRA = 0.30
+ENGINE_FIXED = int(1.6 * 2**30)
+DRIVER_FIXED = int(0.9 * 2**30)
+HEADROOM = 0.9  # plan to use at most this share of the memory available
+MEMORY_ENV = "SPECDRAFT_MEMORY_AVAILABLE"  # overrides /proc/meminfo (bytes, or with K/M/G/T)
+
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+_ST_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+             "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+class MemoryPlanError(RuntimeError):
+    """The engines a command needs do not fit in memory, even one at a time."""
+
+
+def parse_bytes(text: str) -> int:
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}.get(t[-1:], 1)
+    try:
+        return int(float(t[:-1] if scale > 1 else t) * scale)
+    except ValueError:
+        raise ValueError(f"{MEMORY_ENV}={text!r}: expected a size such as 24G or 25769803776") from None
+
+
+def available_memory() -> int:
+    """Bytes available for new processes (MemAvailable), or the figure in SPECDRAFT_MEMORY_AVAILABLE."""
+    fake = os.environ.get(MEMORY_ENV)
+    if fake:
+        return parse_bytes(fake)
+    with open("/proc/meminfo", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no MemAvailable in /proc/meminfo")
+
+
+def model_parameters(model_dir: str | os.PathLike) -> int:
+    """Number of parameters of a safetensors model folder, read from the files' headers."""
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{model_dir}: no *.safetensors files (is it a model folder?)")
+    total = 0
+    for path in files:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        for name, t in header.items():
+            if name != "__metadata__":
+                numel = 1
+                for d in t["shape"]:
+                    numel *= d
+                total += numel
+    return total
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+@dataclass
+class EnginePlan:
+    mode: str                    # "together" or "one-at-a-time"
+    engines: int
+    per_engine: int              # estimated resident bytes of one engine
+    weights: int
+    kv: int
+    needed_together: int
+    available: int
+
+    def describe(self) -> str:
+        together = (f"{self.engines} engines need {gib(self.needed_together)} together "
+                    f"({gib(self.per_engine)} each: weights {gib(self.weights)} x "
+                    f"{1 + WEIGHT_EXTRA:.1f} + KV {gib(self.kv)} + {gib(ENGINE_FIXED)}; driver "
+                    f"{gib(DRIVER_FIXED)}), {gib(self.available)} available")
+        if self.mode == "together":
+            return f"memory: {together}: all engines loaded at once, rounds interleaved"
+        return (f"memory: {together}: engines run one at a time, restarted for every round "
+                f"(start-up not timed)")
+
+
+def plan_engines(model_dir: str | os.PathLike, num_engines: int, dtype: str = "float32",
+                 available: int | None = None) -> EnginePlan:
+    """Whether ``num_engines`` engines of this model fit together; raises MemoryPlanError (one
+    line: what one engine needs, what there is) when not even one fits."""
+    weights = model_parameters(model_dir) * _DTYPE_BYTES[dtype]
+    kv = kv_cache_bytes()
+    per_engine = int(weights * (1 + WEIGHT_EXTRA)) + kv + ENGINE_FIXED
+    avail = available_memory() if available is None else available
+    usable = int(avail * HEADROOM)
+    together = DRIVER_FIXED + num_engines * per_engine
+    if DRIVER_FIXED + per_engine > usable:
+        raise MemoryPlanError(
+            f"not enough memory for one engine of {model_dir} ({dtype}): it needs about "
+            f"{gib(DRIVER_FIXED + per_engine)} (weights {gib(weights)} x {1 + WEIGHT_EXTRA:.1f}, KV "
+            f"{gib(kv)}, fixed {gib(ENGINE_FIXED + DRIVER_FIXED)}), {gib(avail)} available "
+            f"(planning uses {HEADROOM:.0%}); lower VLLM_CPU_KVCACHE_SPACE or use a smaller model")
+    mode = "together" if together <= usable else "one-at-a-time"
+    return EnginePlan(mode, num_engines, per_engine, weights, kv, together, avail)
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine output kept out of the way
+# ---------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def engine_log(path: str | os.PathLike | None):
+    """Sends everything written to file descriptors 1 and 2 (vLLM's logging, in this process and
+    in the engine processes it spawns) to ``path``; yields a ``say(msg)`` that still reaches the
+    terminal. ``path=None`` leaves the output where it is."""
+    if path is None:
+        yield lambda msg: print(msg, flush=True)
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    terminal = os.fdopen(os.dup(saved_out), "w", buffering=1)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield lambda msg: (terminal.write(msg + "\n"), terminal.flush())
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved_out, 1)
+        os.dup2(saved_err, 2)
+        os.close(saved_out)
+        os.close(saved_err)
+        terminal.close()
 
 
 def make_llm(model: str, speculative_config: dict | None, *, max_model_len: int = 2048,
@@ -46,6 +202,21 @@ def make_llm(model: str, speculative_config: dict | None, *, max_model_len: int 
     return LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=max_model_len,
                max_num_seqs=max_num_seqs, seed=seed, speculative_config=speculative_config,
                disable_log_stats=False, **kwargs)
+
+
+def shutdown(llm) -> None:
+    """Stops an engine's processes and frees its memory before the next one starts."""
+    with contextlib.suppress(Exception):
+        llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+
+
+def reset_cross_request_state(llm) -> dict:
+    """Clears the prefix cache and the drafter's global cache (specdraft.adapters)."""
+    from specdraft.adapters import vllm_adapter
+
+    return vllm_adapter().reset_cross_request_state(llm)
 
 
 def spec_counters(llm) -> dict[str, int]:

@@ -330,6 +330,11 @@ def model_path(name: str = DEFAULT_MODEL, progress: Progress | None = None) -> s
 
 
 # ------------------------------------------------------------------------------------------ CLI
+def resolve_model(name_or_path: str, progress: Progress | None = None) -> str:
+    """A known model's prepared folder (prepared first if needed), or the folder given."""
+    return model_path(name_or_path, progress) if name_or_path in MODELS else str(name_or_path)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the ``models`` sub-subcommands to ``parser`` (used by ``specdraft.cli``)."""
     sub = parser.add_subparsers(dest="models_cmd", required=True)

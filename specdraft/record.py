@@ -108,8 +108,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from specdraft import workloads
-    from specdraft.live import make_llm
-    from specdraft.models import MODELS, model_path
+    from specdraft import live
+    from specdraft.models import resolve_model
+    path = resolve_model(args.model)
+    print(f"[record] model {args.model} ({path})", flush=True)
+    try:
+        print(f"[record] {live.plan_engines(path, 1).describe()}", flush=True)
+    except live.MemoryPlanError as e:
+        print(f"specdraft record: {e}", file=sys.stderr)
+        return 2
     try:
         if args.workload_file:
             records = workloads.load_jsonl(args.workload_file)
@@ -120,12 +127,11 @@ def main(argv=None) -> int:
     except (KeyError, ValueError) as e:
         print(f"specdraft record: {e}", file=sys.stderr)
         return 2
+    print(f"[record] {len(records)} requests", flush=True)
     if args.max_tokens:
         for r in records:
             r["max_tokens"] = min(int(r["max_tokens"]), args.max_tokens)
-    path = str(model_path(args.model)) if args.model in MODELS else args.model
-    print(f"[record] {len(records)} requests, model {args.model} ({path})", flush=True)
-    llm = make_llm(path, None, max_model_len=args.max_model_len, max_num_seqs=8)
+    llm = live.make_llm(path, None, max_model_len=args.max_model_len, max_num_seqs=8)
     res = record(records, llm, args.model, args.out, lookahead=args.lookahead,
                  max_model_len=args.max_model_len, progress=lambda m: print(m, flush=True))
     print(f"[record] wrote {res['written']} requests ({res['skipped']} skipped: longer than "
