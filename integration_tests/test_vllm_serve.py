@@ -13,10 +13,9 @@ import subprocess
 import sys
 import time
 
+import httpx
 import pytest
 from workloads import ECHO_PROMPT
-
-httpx = pytest.importorskip("httpx")
 
 SERVED = "smollm2"
 NUM_SPEC_TOKENS = 8

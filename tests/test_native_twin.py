@@ -20,9 +20,8 @@ from hypothesis import strategies as st
 from specdraft.proposers.suffix_core import SuffixCore as PySuffixCore
 from specdraft.proposers.suffix_index import SuffixIndex as PySuffixIndex
 
-native = pytest.importorskip("specdraft.proposers._suffix_native")
-if not getattr(native, "AVAILABLE", False):  # pragma: no cover - placeholder build
-    pytest.skip("native suffix module is a placeholder", allow_module_level=True)
+# The native index ships with the package: a missing build is a failure, not a skip.
+from specdraft.proposers import _suffix_native as native  # noqa: E402
 
 @pytest.fixture(autouse=True, scope="module")
 def _native_debug_checks():
@@ -513,5 +512,4 @@ def test_index_compact_keeps_answers():
         got, want = idx.longest_match(g, 6), ref.longest_match(g, 6)
         assert got[1] == want[1] and (got[0] is None) == (want[0] is None)
         if want[0] is not None:
-            assert idx.continuations(got[0]) is not None
             assert [c[:2] for c in idx.continuations(got[0])] == [c[:2] for c in ref.continuations(want[0])]
