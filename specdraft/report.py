@@ -1,0 +1,99 @@
+"""``specdraft report``: the tables in BENCHMARKS.md, generated from the committed result files.
+
+A generated block in a Markdown file looks like this::
+
+    <!-- generated: live benchmarks/results/bench-smollm2-135m.json -->
+    ... (replaced by `specdraft report`) ...
+    <!-- end generated -->
+
+``specdraft report`` rewrites every block from the JSON it names; ``--check`` changes nothing and
+exits 1 when a block differs from what its JSON gives (a test runs it, so typed edits to a
+generated table fail). Kinds: ``live`` (``specdraft bench`` / ``demo`` results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+BLOCK = re.compile(r"(<!-- generated: (\w+) (\S+) -->\n)(.*?)(<!-- end generated -->)", re.S)
+
+
+def _fmt(v, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def live_table(result: dict) -> str:
+    """Summary per method, then the rounds one by one (tokens/s; ratio to no speculation)."""
+    table = result["table"]
+    plan = result.get("memory_plan") or {}
+    lines = ["| method | tokens/s (median) | x, fastest rounds | x, median of rounds | x, round 1 (cold) "
+             "| MAL | drafts | drafted | accepted | drafted / accepted | identical to none |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m, t in table.items():
+        per_acc = t["drafted_tokens"] / t["accepted_tokens"] if t["accepted_tokens"] else None
+        lines.append(f"| {m} | {t['tokens_per_s_median']:.1f} | {t['speedup_ratio_of_min']:.2f} | "
+                     f"{t['speedup_median_per_round']:.2f} | {t['cold_speedup']:.2f} | "
+                     f"{_fmt(t['mean_acceptance_length'])} | {t['drafts']} | {t['drafted_tokens']} | "
+                     f"{t['accepted_tokens']} | {_fmt(per_acc)} | "
+                     f"{'yes' if t['identical_to_no_spec'] else 'NO'} |")
+    methods = list(table)
+    lines += ["", "| round | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for r in range(len(table[methods[0]]["rounds"])):
+        cells = []
+        for m in methods:
+            p = table[m]["rounds"][r]
+            cells.append(f"{p['tokens_per_s']:.1f} tok/s, {p['speedup']:.2f}x, MAL "
+                         f"{_fmt(p['mean_acceptance_length'])}, accepted {p['accepted_tokens']}")
+        lines.append(f"| {r + 1} | " + " | ".join(cells) + " |")
+    flagged = [m for m, t in table.items() if t.get("rounds_disagree")]
+    notes = []
+    if plan:
+        notes.append(f"engines {plan['mode']}")
+    if flagged:
+        notes.append("rounds disagree (noisy machine) for " + ", ".join(flagged))
+    if notes:
+        lines += ["", f"({'; '.join(notes)}.)"]
+    return "\n".join(lines) + "\n"
+
+
+KINDS = {"live": live_table}
+
+
+def render(text: str, root: Path) -> str:
+    def one(m: re.Match) -> str:
+        kind, rel = m.group(2), m.group(3)
+        if kind not in KINDS:
+            raise ValueError(f"generated block of unknown kind {kind!r} (known: {', '.join(KINDS)})")
+        with open(root / rel, encoding="utf-8") as f:
+            body = KINDS[kind](json.load(f))
+        return m.group(1) + body + m.group(5)
+
+    return BLOCK.sub(one, text)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="specdraft report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="*", default=["BENCHMARKS.md"], help="Markdown files (default BENCHMARKS.md)")
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
+    args = ap.parse_args(argv)
+    stale = []
+    for name in args.files:
+        path = Path(name)
+        text = path.read_text(encoding="utf-8")
+        new = render(text, path.resolve().parent)
+        blocks = len(BLOCK.findall(text))
+        if new != text:
+            stale.append(name)
+            if not args.check:
+                path.write_text(new, encoding="utf-8")
+        print(f"[report] {name}: {blocks} generated blocks, "
+              f"{'stale' if new != text else 'up to date'}{'' if args.check or new == text else ' -> rewritten'}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""BENCHMARKS.md's generated tables equal what `specdraft report` makes from the committed JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specdraft import report
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_benchmarks_md_is_generated():
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert report.BLOCK.search(text), "BENCHMARKS.md has no generated block"
+    assert report.render(text, ROOT) == text, "stale table: run `specdraft report`"
+
+
+def test_typed_edit_is_caught(tmp_path):
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    m = report.BLOCK.search(text)
+    edited = text[: m.start(4)] + m.group(4).replace("|", "| 9.99 |", 1) + text[m.end(4):]
+    assert report.render(edited, ROOT) == text
+
+
+def test_unknown_kind(tmp_path):
+    with pytest.raises(ValueError, match="unknown kind"):
+        report.render("<!-- generated: nope x.json -->\n<!-- end generated -->", tmp_path)
