@@ -64,6 +64,8 @@ class EnginesOneAtATime:
 
     @contextlib.contextmanager
     def engine(self, method: str):
+        # memory may have gone to other processes since the plan: check again before each start
+        live.plan_engines(self.model, 1)
         t0 = time.perf_counter()
         self.progress(f"[bench] starting the vLLM engine for {method} ...")
         llm = live.make_llm(self.model, self.configs[method], **self.llm_kwargs)
@@ -328,6 +330,9 @@ def main(argv=None) -> int:
         try:
             runs = run_interleaved(engines, prompts, maxes, args.rounds, say,
                                    sequential=args.sequential, methods=args.methods)
+        except live.MemoryPlanError as e:
+            say(f"specdraft bench: {e}")
+            return 2
         finally:
             engines.close()
     recorded = [r["output_token_ids"][:n] for r, n in zip(records, maxes)]

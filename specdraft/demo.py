@@ -101,6 +101,9 @@ def main(argv=None) -> int:
                                                args.max_tokens, say)
             runs = run_interleaved(engines, prompts, args.max_tokens, args.rounds, say,
                                    methods=args.methods)
+        except live.MemoryPlanError as e:
+            say(f"specdraft demo: {e}")
+            return 2
         finally:
             engines.close()
     table = summarize(runs)
