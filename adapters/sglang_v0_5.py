@@ -42,6 +42,7 @@ SGLang facts this module relies on:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -355,6 +356,7 @@ def make_drafter(options: dict, vocab_size: int | None = None, tokenizer: Any = 
     return _make(options, tokenizer=tokenizer, vocab_size=vocab_size)
 
 
+@functools.lru_cache(maxsize=None)
 def worker_class() -> type:
     """``NGRAMWorker`` drafting with specdraft (imports SGLang's GPU modules: call in workers)."""
     from sglang.srt.speculative import ngram_worker
