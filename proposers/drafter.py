@@ -138,7 +138,7 @@ def _row_array(values, n: int, name: str, default: int | None = None) -> np.ndar
         return np.full(n, default, dtype=np.int64)
     a = np.asarray(values, dtype=np.int64)
     if a.shape != (n,):
-        raise ValueError(f"{name} must have one entry per row ({n}), got shape {a.shape}")
+        raise ValueError(f"{name} must have one entry per row ({n}), got {a.size}")
     return a
 
 
@@ -321,11 +321,11 @@ class SpecDrafter:
     # ------------------------------------------------------------ engine step
     def step(self, req_ids: Sequence[Hashable], token_ids: np.ndarray, num_tokens,
              num_prompt_tokens, caps, *, rows=None, token_offsets=None, num_accepted=None,
-             num_emitted=None, finished: Iterable[Hashable] = (),
-             aborted: Iterable[Hashable] = ()) -> StepDrafts:
+             num_emitted=None, finished: Sequence[Hashable] = (),
+             aborted: Sequence[Hashable] = (), max_len: int | None = None) -> StepDrafts:
         """One engine step for the whole batch: events, sync, drafts and their lengths.
 
-        Rows (R of them; arrays of R integers unless said otherwise):
+        Rows (R of them; per-row integers are lists, tuples or 1-D numpy arrays of R entries):
 
         - ``req_ids``: the engine's request id of each row (any hashable, one row per request).
         - ``token_ids``/``num_tokens``: each row's token history, read from flat arrays. Either
@@ -337,8 +337,10 @@ class SpecDrafter:
           not seen: the tokens past those it already holds, or the whole prompt for a request
           it does not know; a row that does not reach that far back is an error naming the row.
         - ``num_prompt_tokens``: prompt length (what a new request starts with).
-        - ``caps``: the most draft tokens the row may get this step (engine budget, length
-          limits, per-request opt-out); 0 or less: the row is synced but gets no draft.
+        - ``caps``: the most draft tokens the row may get this step (engine budget, per-request
+          opt-out; one int for every row); 0 or less: the row is synced but gets no draft.
+        - ``max_len``: if given, no draft takes a row's history past ``max_len`` tokens (the cap
+          becomes ``min(caps[j], max_len - num_tokens[j])``).
         - ``num_accepted``: draft tokens of the row's previous draft that the target accepted
           (-1 or None: unknown); applied only when ``num_emitted`` (tokens the engine emitted
           for the row this step; -1 or None: unchecked) equals the tokens new to the drafter.
@@ -357,55 +359,30 @@ class SpecDrafter:
         GIL released; otherwise (or with ``native=False``) ``_step_python`` does the same.
         """
         t0 = time.perf_counter()
-        R = len(req_ids)
-        n_tok = _row_array(num_tokens, R, "num_tokens")
-        n_prompt = _row_array(num_prompt_tokens, R, "num_prompt_tokens")
-        cap = _row_array(caps, R, "caps")
-        n_acc = _row_array(num_accepted, R, "num_accepted", -1)
-        n_emit = _row_array(num_emitted, R, "num_emitted", -1)
-        tokens = np.asarray(token_ids)
-        if tokens.dtype != np.int32:
-            tokens = tokens.astype(np.int32)
-        if token_offsets is not None:
-            if tokens.ndim != 1:
-                raise ValueError("token_offsets needs a 1-D token_ids array")
-            off = np.asarray(token_offsets, dtype=np.int64)
-            if off.shape != (R + 1,):
-                raise ValueError(f"token_offsets must have rows + 1 ({R + 1}) entries, "
-                                 f"got shape {off.shape}")
-            row_offset = off[:-1]
-            row_start = n_tok - np.diff(off)
-        else:
-            if tokens.ndim != 2:
-                raise ValueError("token_ids must be an (N, L) array, or 1-D with token_offsets")
-            row_idx = (np.arange(R, dtype=np.int64) if rows is None
-                       else _row_array(rows, R, "rows"))
-            if R and (row_idx.min() < 0 or row_idx.max() >= tokens.shape[0]):
-                raise ValueError(f"rows must lie in 0..{tokens.shape[0] - 1}")
-            row_offset = row_idx * tokens.shape[1]
-            row_start = np.zeros(R, dtype=np.int64)
-        if not tokens.flags.c_contiguous:
-            tokens = np.ascontiguousarray(tokens)
+        tokens = token_ids if isinstance(token_ids, np.ndarray) else np.asarray(token_ids)
+        if tokens.dtype != np.int32 or not tokens.flags.c_contiguous:
+            tokens = np.ascontiguousarray(tokens, dtype=np.int32)
         with self._lock:
             handles = self._row_handles(req_ids)
-            fin = self._pop_handles(finished)
-            ab = self._pop_handles(aborted)
+            fin = self._pop_handles(finished) if finished else ()
+            ab = self._pop_handles(aborted) if aborted else ()
             if self._native_step:
                 toks, lengths, counts = self.core.step(
-                    handles, tokens, row_offset, row_start, n_prompt, n_tok, n_acc, n_emit, cap,
-                    fin, ab, self.vocab_size or 0, self._tree)
+                    handles, tokens, num_tokens, num_prompt_tokens, caps, rows, token_offsets,
+                    num_accepted, num_emitted, fin, ab, self.vocab_size or 0, self._tree,
+                    -1 if max_len is None else max_len)
             else:
                 toks, lengths, counts = self._step_python(
-                    handles, tokens.reshape(-1), row_offset, row_start, n_prompt, n_tok, n_acc,
-                    n_emit, cap, fin, ab)
+                    handles, tokens, num_tokens, num_prompt_tokens, caps, rows, token_offsets,
+                    num_accepted, num_emitted, fin, ab, max_len)
             st = self._stats
-            started, n_fin, n_ab, accepted = counts
+            started, n_fin, n_ab, accepted, drafts, drafted = counts
             st.requests += started
             st.finished += n_fin
             st.aborted += n_ab
             st.accepted_tokens += accepted
-            st.drafts += int(np.count_nonzero(lengths))
-            st.drafted_tokens += int(toks.shape[0])
+            st.drafts += drafts
+            st.drafted_tokens += drafted
             st.draft_time_s += time.perf_counter() - t0
             return StepDrafts(toks, lengths)
 
@@ -413,36 +390,59 @@ class SpecDrafter:
     def _native_step(self) -> bool:
         return self.native and hasattr(self.core, "step")
 
-    def _row_handles(self, req_ids) -> np.ndarray:
-        get = self._handles.get
-        hs = np.fromiter(map(get, req_ids, repeat(-1)), dtype=np.int64, count=len(req_ids))
-        if hs.size and hs.min() < 0:  # requests new to the drafter (once in their life)
-            for j in np.flatnonzero(hs < 0).tolist():
-                r = req_ids[j]
-                h = self._handles.get(r)
-                if h is None:
-                    h = self._handles[r] = self._next_handle
-                    self._next_handle += 1
-                hs[j] = h
+    def _row_handles(self, req_ids) -> list[int]:
+        hs = list(map(self._handles.get, req_ids, repeat(-1)))
+        if -1 in hs:  # requests new to the drafter (once in their life)
+            for j, h in enumerate(hs):
+                if h < 0:
+                    r = req_ids[j]
+                    h = self._handles.get(r)
+                    if h is None:
+                        h = self._handles[r] = self._next_handle
+                        self._next_handle += 1
+                    hs[j] = h
         return hs
 
-    def _pop_handles(self, req_ids) -> np.ndarray:
+    def _pop_handles(self, req_ids) -> list[int]:
         pop = self._handles.pop
-        return np.array([h for h in (pop(r, None) for r in req_ids) if h is not None],
-                        dtype=np.int64)
+        return [h for h in (pop(r, None) for r in req_ids) if h is not None]
 
-    def _step_python(self, handles, tokens, row_offset, row_start, num_prompt, num_tokens,
-                     num_accepted, num_emitted, caps, finished, aborted):
+    def _step_python(self, handles, tokens, num_tokens, num_prompt_tokens, caps, rows,
+                     token_offsets, num_accepted, num_emitted, finished, aborted, max_len):
         """Plain-Python twin of the native step (proposers/native/step.h): the specification."""
+        R = len(handles)
+        num_tokens = _row_array(num_tokens, R, "num_tokens")
+        num_prompt = _row_array(num_prompt_tokens, R, "num_prompt_tokens")
+        caps = (np.full(R, int(caps), dtype=np.int64) if isinstance(caps, (int, np.integer))
+                else _row_array(caps, R, "caps"))
+        num_accepted = _row_array(num_accepted, R, "num_accepted", -1)
+        num_emitted = _row_array(num_emitted, R, "num_emitted", -1)
+        if token_offsets is not None:
+            if tokens.ndim != 1:
+                raise ValueError("token_offsets needs a 1-D token_ids array")
+            off = _row_array(token_offsets, R + 1, "token_offsets")
+            row_offset = off[:-1]
+            row_start = num_tokens - np.diff(off)
+        else:
+            if tokens.ndim != 2:
+                raise ValueError("token_ids must be an (N, L) array, or 1-D with token_offsets")
+            row_idx = np.arange(R, dtype=np.int64) if rows is None else _row_array(rows, R, "rows")
+            if R and (row_idx.min() < 0 or row_idx.max() >= tokens.shape[0]):
+                raise ValueError(f"rows must lie in 0..{tokens.shape[0] - 1}")
+            row_offset = row_idx * tokens.shape[1]
+            row_start = np.zeros(R, dtype=np.int64)
+        if max_len is not None:
+            caps = np.minimum(caps, max_len - num_tokens)
+        tokens = tokens.reshape(-1)
         core, ctl = self.core, self.controller
         started = n_fin = n_ab = accepted = 0
-        for h in finished.tolist():
+        for h in finished:
             if core.has(h):
                 core.finish(h)
                 if ctl is not None:
                     ctl.forget(h)
                 n_fin += 1
-        for h in aborted.tolist():
+        for h in aborted:
             if core.has(h):
                 core.abort(h)
                 if ctl is not None:
@@ -468,7 +468,7 @@ class SpecDrafter:
                                      f"accepted 0 <= id < {vmax}")
             return toks
 
-        for j, h in enumerate(handles.tolist()):
+        for j, h in enumerate(handles):
             n = int(num_tokens[j])
             known = core.num_tokens(h) if core.has(h) else -1
             if known >= 0 and n < known:  # the engine discarded tokens: start over
@@ -492,7 +492,7 @@ class SpecDrafter:
                         ctl.observe(h, acc)
 
         keys, rows, trees = [], [], []
-        for j, h in enumerate(handles.tolist()):
+        for j, h in enumerate(handles):
             if caps[j] <= 0:
                 continue
             toks, parents, probs, match_len = core.draft(h, int(caps[j]), self._tree)
@@ -514,7 +514,8 @@ class SpecDrafter:
                 ctl.sent(h, t.probs)
             out.extend(t.token_ids)
             lengths[j] = len(t)
-        return np.array(out, dtype=np.int32), lengths, (started, n_fin, n_ab, accepted)
+        return (np.array(out, dtype=np.int32), lengths,
+                (started, n_fin, n_ab, accepted, int(np.count_nonzero(lengths)), len(out)))
 
     def reset(self) -> None:
         """Forget every live request (after a failure; the engine's history rebuilds them)."""

@@ -143,8 +143,11 @@ class Engine:
             accepted.append(r.choice([-1, k - 1, r.randint(0, budget)]))
         n = np.array([self.live[i]["n"] for i in ids], dtype=np.int64)
         caps = np.array([r.choice([budget, budget, r.randint(-1, budget)]) for _ in ids])
-        kw = dict(num_accepted=np.array(accepted), num_emitted=np.array(emitted),
-                  finished=list(self.ended), aborted=list(self.dropped))
+        if r.random() < 0.3:
+            caps = budget  # one cap for every row
+        kw = dict(num_accepted=np.array(accepted), num_emitted=emitted,
+                  finished=list(self.ended), aborted=list(self.dropped),
+                  max_len=r.choice([None, self.max_len - 1, self.max_len - 3]))
         self.ended, self.dropped = [], []
         if layout == "buffer":
             rows = list(range(len(ids)))
@@ -208,6 +211,8 @@ def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive,
         assert got.lengths.tolist() == want.lengths.tolist(), step
         assert got.tokens.tolist() == want.tokens.tolist(), step
         assert (got.lengths <= np.maximum(caps, 0)).all()
+        if kw["max_len"] is not None:
+            assert (got.lengths <= np.maximum(kw["max_len"] - n, 0)).all()
         assert got.rows() == want.rows()
         if rng.random() < 0.3:
             t, s = rng.randint(1, 80), rng.random()
@@ -236,13 +241,14 @@ def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core
     engine = Engine(rng, vocab)
     for _ in range(20):
         ids, tokens, n, prompts, caps, kw = engine.step_input("buffer", budget)
-        caps[:] = budget
+        caps = budget
+        kw["max_len"] = None
         rows = kw["rows"]
         for rid in kw["finished"]:
             sync.drop(rid, aborted=False)
         for rid in kw["aborted"]:
             sync.drop(rid, aborted=True)
-        e, acc = kw["num_emitted"], kw["num_accepted"]
+        e, acc = np.array(kw["num_emitted"]), kw["num_accepted"]
         use = (acc >= 0) & (e >= 0)
         for j, rid in enumerate(ids):
             sync.sync(Row(rid, tokens[rows[j]], int(prompts[j]), int(n[j]),
@@ -269,7 +275,7 @@ def test_step_errors_name_the_row(native_core):
     with pytest.raises(ValueError, match=r"row 0 .*needs the history from position 0 but the "
                                          r"row's tokens start at position 2"):
         d.step(["a"], np.array([3, 4]), [4], [2], [3], token_offsets=[0, 2])
-    with pytest.raises(ValueError, match=r"caps must have one entry per row \(1\)"):
+    with pytest.raises(ValueError, match=r"caps must have one entry per row \(1\), got 2"):
         d.step(["a"], buf, [4], [2], [3, 3])
     with pytest.raises(ValueError, match=r"token_ids must be an \(N, L\) array"):
         d.step(["a"], np.array([1, 2, 3]), [3], [2], [3])
