@@ -49,6 +49,51 @@ SAMPLER_FIX_VERSIONS = ((0, 32, 0), (0, 34, 0))
 SAMPLER_FIX_ENV = "SPECDRAFT_VLLM_SAMPLER_FIX"  # "0" leaves the bug in (tests show it matters)
 TOP_K_GUARD_VERSIONS = ((0, 32, 0), (0, 33, 0))  # only checked on 0.32
 
+# What this adapter wraps, calls or reads in vLLM, checked against each supported release's own
+# source by tests/test_vllm_source_contract.py (a new release's adapter re-checks the same list).
+# (file in the vllm package, qualified name, leading parameters it must take)
+SOURCE_FUNCTIONS = (
+    ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner.execute_model", ("self", "scheduler_output")),
+    ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner.propose_draft_token_ids",
+     ("self", "scheduler_output", "sampled_token_ids")),
+    ("vllm/v1/spec_decode/custom_class_proposer.py", "create_custom_proposer", ("vllm_config",)),
+    ("vllm/engine/arg_utils.py", "EngineArgs.create_speculative_config", ("self",)),
+    ("vllm/logger.py", "init_logger", ("name",)),
+    ("vllm/distributed/parallel_state.py", "get_tensor_model_parallel_rank", ()),
+    ("vllm/utils/cpu_triton_utils.py", "_expand_kernel_impl",
+     ("output", "input_val", "cu_num_tokens", "replace_from", "replace_to", "MAX_NUM_TOKENS")),
+    ("vllm/triton_utils/dispatcher.py", "register_kernels", ("overrides",)),
+    ("vllm/v1/sample/ops/topk_topp_sampler.py", "apply_top_k_only", ("logits", "k")),
+    ("vllm/v1/worker/gpu_input_batch.py", "InputBatch.req_ids", ("self",)),
+    ("vllm/v1/worker/gpu_input_batch.py", "CachedRequestState.num_tokens", ("self",)),
+    ("vllm/v1/spec_decode/ngram_proposer.py", "NgramProposer.__init__", ("self", "vllm_config")),
+    ("vllm/v1/spec_decode/ngram_proposer.py", "NgramProposer.propose",
+     ("self", "num_speculative_tokens", "sampled_token_ids", "num_tokens_no_spec", "token_ids_cpu",
+      "slot_mappings")),
+    ("vllm/v1/spec_decode/ngram_proposer.py", "_find_longest_matched_ngram_and_propose_tokens",
+     ("origin_tokens", "min_ngram", "max_ngram", "max_model_len", "k")),
+    ("vllm/v1/spec_decode/suffix_decoding.py", "SuffixDecodingProposer.__init__", ("self", "vllm_config")),
+    ("vllm/v1/spec_decode/suffix_decoding.py", "SuffixDecodingProposer.propose",
+     ("self", "num_speculative_tokens", "input_batch", "sampled_token_ids", "slot_mappings")),
+)
+# Fields read on vLLM objects: (file, class, names assigned in its body or __init__)
+SOURCE_FIELDS = (
+    ("vllm/v1/core/sched/output.py", "SchedulerOutput",
+     ("scheduled_spec_decode_tokens", "num_spec_tokens_to_schedule", "finished_req_ids",
+      "total_num_scheduled_tokens")),
+    ("vllm/v1/worker/gpu_input_batch.py", "InputBatch",
+     ("num_prompt_tokens", "num_tokens_no_spec", "token_ids_cpu", "req_id_to_index")),
+    ("vllm/v1/worker/gpu_input_batch.py", "CachedRequestState",
+     ("sampling_params", "output_token_ids")),
+    ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner",
+     ("input_batch", "requests", "max_model_len", "num_spec_tokens", "drafter")),
+    ("vllm/engine/arg_utils.py", "EngineArgs", ("speculative_config",)),
+)
+# The custom_class call site in GPUModelRunner.propose_draft_token_ids: the drafter's propose is
+# called with these arguments (source text), which propose_arguments() reads by PROPOSE_PARAMS.
+PROPOSE_CALL = ("sampled_token_ids", "self.input_batch.num_tokens_no_spec",
+                "self.input_batch.token_ids_cpu", "slot_mappings=slot_mappings")
+
 OPTIONS_KEY = "specdraft"                  # the key users add to speculative_config
 OPTIONS_ATTR = "specdraft_options"         # validated options, on the built SpeculativeConfig
 METRICS_DIR_ATTR = "specdraft_metrics_dir"  # where workers leave figures for process 0
@@ -524,14 +569,19 @@ def _peer_config(num_speculative_tokens: int, max_model_len: int, max_num_seqs: 
         parallel_config=SimpleNamespace(tensor_parallel_size=1))
 
 
+def ngram_config(num_speculative_tokens: int, prompt_lookup_min: int, prompt_lookup_max: int,
+                 max_model_len: int, max_num_seqs: int) -> Any:
+    return _peer_config(num_speculative_tokens, max_model_len, max_num_seqs,
+                        prompt_lookup_min=prompt_lookup_min, prompt_lookup_max=prompt_lookup_max)
+
+
 def ngram_proposer(num_speculative_tokens: int, prompt_lookup_min: int, prompt_lookup_max: int,
                    max_model_len: int, max_num_seqs: int) -> Any:
     """vLLM's ``NgramProposer`` (its __init__ runs the numba JIT warm-up)."""
     from vllm.v1.spec_decode.ngram_proposer import NgramProposer
 
-    return NgramProposer(_peer_config(num_speculative_tokens, max_model_len, max_num_seqs,
-                                      prompt_lookup_min=prompt_lookup_min,
-                                      prompt_lookup_max=prompt_lookup_max))
+    return NgramProposer(ngram_config(num_speculative_tokens, prompt_lookup_min,
+                                      prompt_lookup_max, max_model_len, max_num_seqs))
 
 
 def ngram_propose(proposer: Any, num_speculative_tokens: int, sampled_token_ids, num_tokens_no_spec,
@@ -553,12 +603,15 @@ SUFFIX_DEFAULTS = dict(suffix_decoding_max_tree_depth=24, suffix_decoding_max_ca
                        suffix_decoding_max_spec_factor=1.0, suffix_decoding_min_token_prob=0.1)
 
 
+def suffix_config(num_speculative_tokens: int, max_model_len: int, **options: Any) -> Any:
+    return _peer_config(num_speculative_tokens, max_model_len, 1, **{**SUFFIX_DEFAULTS, **options})
+
+
 def suffix_proposer(num_speculative_tokens: int, max_model_len: int, **options: Any) -> Any:
     """vLLM's ``SuffixDecodingProposer`` (arctic-inference's suffix cache behind it)."""
     from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
-    return SuffixDecodingProposer(_peer_config(num_speculative_tokens, max_model_len, 1,
-                                               **{**SUFFIX_DEFAULTS, **options}))
+    return SuffixDecodingProposer(suffix_config(num_speculative_tokens, max_model_len, **options))
 
 
 def suffix_propose(proposer: Any, num_speculative_tokens: int, input_batch: Any,

@@ -501,11 +501,11 @@ def _ratio(a, b):
     return round(a / b, 3) if a is not None and b else None
 
 
-def run_batch(args, batch: int, methods: list[str], adapter, skipped: dict) -> dict:
+def generate(args, max_batch: int):
+    """The streams: pre-fill requests, then max_batch prompts and outputs (a batch of b requests
+    takes the first b)."""
     t0 = time.perf_counter()
     gen = StreamGen(args.seed, vocab=args.vocab)
-    prompts = [gen.sequence(args.prompt_tokens) for _ in range(batch)]
-    truths = [gen.sequence(args.output_tokens, own=p) for p in prompts]
     prefill = []
     total = 0
     while total < args.global_cache_tokens and args.output_tokens > 0:
@@ -513,9 +513,17 @@ def run_batch(args, batch: int, methods: list[str], adapter, skipped: dict) -> d
         o = np.asarray(gen.sequence(args.output_tokens, own=p), dtype=np.int32)
         prefill.append((np.asarray(p, dtype=np.int32), o))
         total += len(o)
+    prompts = [gen.sequence(args.prompt_tokens) for _ in range(max_batch)]
+    truths = [gen.sequence(args.output_tokens, own=p) for p in prompts]
     gen_s = time.perf_counter() - t0
-    log(f"batch {batch}: generated {batch} prompts x {args.prompt_tokens} + outputs x "
-        f"{args.output_tokens}, {len(prefill)} pre-fill requests ({total:,} tokens) in {gen_s:.1f}s")
+    log(f"generated {len(prefill)} pre-fill requests ({total:,} tokens), {max_batch} prompts x "
+        f"{args.prompt_tokens} + outputs x {args.output_tokens} in {gen_s:.1f}s")
+    return prefill, prompts, truths, gen_s
+
+
+def run_batch(args, batch: int, methods: list[str], adapter, skipped: dict, streams) -> dict:
+    prefill, all_prompts, all_truths, gen_s = streams
+    prompts, truths = all_prompts[:batch], all_truths[:batch]
     runners: list[tuple[str, Method]] = []
     for name in methods:
         try:
@@ -583,8 +591,9 @@ def main(argv: list[str] | None = None) -> int:
     skipped: dict[str, str] = {}
     by_batch = {}
     pressure = _cpu_pressure()
+    streams = generate(args, max(batches))
     for batch in batches:
-        by_batch[str(batch)] = run_batch(args, batch, methods, adapter, skipped)
+        by_batch[str(batch)] = run_batch(args, batch, methods, adapter, skipped, streams)
     report = {
         "benchmark": "specdraft overhead",
         "unit": "microseconds per request-step: one propose call over the batch (the step's "
