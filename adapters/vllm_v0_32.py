@@ -349,6 +349,8 @@ PROPOSE_PARAMS = ("sampled_token_ids", "num_tokens_no_spec", "token_ids_cpu", "s
 
 def propose_arguments(args: tuple, kwargs: dict) -> tuple[list[list[int]], Any, Any]:
     """(sampled_token_ids, num_tokens_no_spec, token_ids_cpu) from vLLM's propose call."""
+    if len(args) >= 3:
+        return args[0], args[1], args[2]
     bound = dict(zip(PROPOSE_PARAMS, args))
     bound.update(kwargs)
     try:

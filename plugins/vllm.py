@@ -121,6 +121,7 @@ class SpecdraftProposer:
         self.figures = {"steps": 0, "proposer_seconds": 0.0, "rows": 0, "drafts": 0,
                         "draft_tokens": 0, "accepted_tokens": 0, "errors": 0}
         self._length_counts = np.zeros(self.num_speculative_tokens + 1, dtype=np.int64)
+        self._lengths: list[np.ndarray] = []  # draft lengths of recent steps, not yet counted
         self._drafter_figures: dict = {}
         self._drafter_figures_at = 0.0
         self.tracked = False
@@ -188,15 +189,24 @@ class SpecdraftProposer:
         drafts, out, tracked = self.steps.propose(sampled_token_ids, num_tokens_no_spec,
                                                   token_ids_cpu)
         self.tracked = self.tracked or tracked
-        lengths = out.lengths
         f = self.figures
         f["accepted_tokens"] += self.drafter.stats.accepted_tokens - accepted_before
+        f["draft_tokens"] += out.tokens.shape[0]
+        self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)
+        if len(self._lengths) >= 256:
+            self._count_lengths()
+        return drafts
+
+    def _count_lengths(self) -> None:
+        if not self._lengths:
+            return
+        lengths = np.concatenate(self._lengths)
+        self._lengths = []
+        f = self.figures
         f["rows"] += lengths.shape[0]
         f["drafts"] += int(np.count_nonzero(lengths))
-        f["draft_tokens"] += int(out.tokens.shape[0])
         if lengths.size:
             self._length_counts += np.bincount(lengths, minlength=self._length_counts.size)
-        return drafts
 
     def _failed(self, error: Exception) -> None:
         self.figures["errors"] += 1
@@ -218,6 +228,7 @@ class SpecdraftProposer:
     def _publish(self) -> None:
         if self.writer is None:
             return
+        self._count_lengths()
         now = time.monotonic()
         if now - self._drafter_figures_at > 0.2:
             self._drafter_figures_at = now

@@ -306,7 +306,7 @@ class SpecdraftMethod(Method):
             speculative_config=SimpleNamespace(
                 num_speculative_tokens=budget, specdraft_options={
                     "global_cache_tokens": args.global_cache_tokens, "max_depth": args.max_depth,
-                    "native": True, "cost_model": "gpu"}),
+                    "native": True, "adaptive": args.specdraft_adaptive, "cost_model": "gpu"}),
             model_config=SimpleNamespace(max_model_len=self.max_model_len, dtype=None,
                                          get_vocab_size=lambda: args.vocab))
         self.prop = SuffixProposer(config)
@@ -490,6 +490,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", default=",".join(METHODS),
                    help="comma-separated subset of " + ",".join(METHODS))
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    p.add_argument("--specdraft-adaptive", action="store_true",
+                   help="specdraft sizes drafts with its adaptive controller (GPU cost curve). Off "
+                        "by default: it then drafts what the index proposes up to the budget, as "
+                        "the peers do, so the methods do comparable work; on, it drafts little or "
+                        "nothing at large batches, where verification is compute-bound")
     return p
 
 
@@ -607,7 +612,8 @@ def main(argv: list[str] | None = None) -> int:
             "max_depth": args.max_depth, "seed": args.seed, "ngram_min": args.ngram_min,
             "ngram_max": args.ngram_max, "prefill_prompt_tokens": args.prefill_prompt_tokens,
             "vllm": installed_vllm_version(),
-            "specdraft": "SuffixProposer.propose (chain drafts, adaptive length, gpu cost curve)",
+            "specdraft": "SuffixProposer.propose (chain drafts; adaptive length controller "
+                         + ("on, gpu cost curve)" if args.specdraft_adaptive else "off)"),
             "arctic": {k: v for k, v in adapter.SUFFIX_DEFAULTS.items()
                        if k != "suffix_decoding_max_cached_requests"},
             "generator": "StreamGen: Zipf(1.1) unigram + 8-successor Markov chain + copied spans "
