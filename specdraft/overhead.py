@@ -471,6 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
                                             "through the object vLLM calls: specdraft vs vLLM "
                                             "suffix (arctic-inference) vs vLLM n-gram, interleaved.")
     p.add_argument("--json", metavar="FILE", help="write the results here (JSON)")
+    p.add_argument("--table", metavar="FILE",
+                   help="print the markdown table of a results file written by --json, and exit")
     p.add_argument("--prompt-tokens", type=int, default=DEFAULTS["prompt_tokens"])
     p.add_argument("--output-tokens", type=int, default=DEFAULTS["output_tokens"])
     p.add_argument("--global-cache-tokens", type=int, default=DEFAULTS["global_cache_tokens"],
@@ -577,6 +579,10 @@ def run_batch(args, batch: int, methods: list[str], adapter, skipped: dict, stre
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            print(format_table(json.load(f)))
+        return 0
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -642,7 +648,8 @@ def main(argv: list[str] | None = None) -> int:
 def format_table(report: dict) -> str:
     """Markdown table: us per request-step by method and batch, and specdraft's ratios."""
     lines = ["| batch | specdraft | (native core) | arctic | ngram | specdraft / arctic | "
-             "specdraft / ngram |", "|---|---|---|---|---|---|---|"]
+             "specdraft / ngram | tokens per step (specdraft / arctic / ngram) |",
+             "|---|---|---|---|---|---|---|---|"]
     for batch, b in report["batches"].items():
         r, q = b["results"], b["ratios"]
 
@@ -655,7 +662,8 @@ def format_table(report: dict) -> str:
 
         lines.append(f"| {batch} | {us('specdraft')} | "
                      f"{us('specdraft', 'native_core_us_per_request_step_min')} | {us('arctic')} | "
-                     f"{us('ngram')} | {ratio('arctic')} | {ratio('ngram')} |")
+                     f"{us('ngram')} | {ratio('arctic')} | {ratio('ngram')} | "
+                     f"{' / '.join(us(m, 'tokens_per_step') for m in METHODS)} |")
     lines.append("")
     lines.append("us per request-step, fastest block of each method; ratios: of the fastest "
                  "blocks (median of interleaved block ratios in brackets)")
