@@ -14,4 +14,4 @@ test-fast: setup
 	.venv/bin/python -m pytest -q -ra tests
 
 overhead: setup
-	.venv/bin/specdraft overhead --json results/overhead.json
+	.venv/bin/specdraft overhead --json benchmarks/results/overhead.json

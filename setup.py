@@ -7,7 +7,8 @@ setup(
         Pybind11Extension(
             "specdraft.proposers._suffix_native",
             ["proposers/native/suffix_index.cc"],
-            depends=["proposers/native/suffix_index.h", "proposers/native/suffix_core.h"],
+            depends=["proposers/native/suffix_index.h", "proposers/native/suffix_core.h",
+                     "proposers/native/controller.h", "proposers/native/step.h"],
             cxx_std=17,
             extra_compile_args=["-O3"],
         )

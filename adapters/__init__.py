@@ -14,6 +14,7 @@ from types import ModuleType
 # a range is added only after the adapter's facts were checked against that vLLM's source.
 VLLM_ADAPTERS: tuple[tuple[tuple[int, int, int], tuple[int, int, int], str], ...] = (
     ((0, 32, 0), (0, 33, 0), "specdraft.adapters.vllm_v0_32"),
+    ((0, 33, 0), (0, 34, 0), "specdraft.adapters.vllm_v0_33"),
 )
 
 
@@ -33,7 +34,13 @@ def supported_vllm_range() -> str:
     def fmt(v: tuple[int, int, int]) -> str:
         return ".".join(map(str, v))
 
-    return ", ".join(f">={fmt(lo)},<{fmt(hi)}" for lo, hi, _ in VLLM_ADAPTERS)
+    spans: list[list[tuple[int, int, int]]] = []
+    for lo, hi, _ in sorted(VLLM_ADAPTERS):
+        if spans and spans[-1][1] == lo:  # adjacent adapters read as one range
+            spans[-1][1] = hi
+        else:
+            spans.append([lo, hi])
+    return ", ".join(f">={fmt(lo)},<{fmt(hi)}" for lo, hi in spans)
 
 
 def installed_vllm_version() -> str:

@@ -36,7 +36,10 @@ import inspect
 import os
 import sys
 import time
+from itertools import repeat
 from typing import Any, Callable
+
+import numpy as np
 
 from specdraft.adapters.request_sync import Row
 
@@ -45,6 +48,51 @@ SUPPORTED = ((0, 32, 0), (0, 33, 0))
 SAMPLER_FIX_VERSIONS = ((0, 32, 0), (0, 34, 0))
 SAMPLER_FIX_ENV = "SPECDRAFT_VLLM_SAMPLER_FIX"  # "0" leaves the bug in (tests show it matters)
 TOP_K_GUARD_VERSIONS = ((0, 32, 0), (0, 33, 0))  # only checked on 0.32
+
+# What this adapter wraps, calls or reads in vLLM, checked against each supported release's own
+# source by tests/test_vllm_source_contract.py (a new release's adapter re-checks the same list).
+# (file in the vllm package, qualified name, leading parameters it must take)
+SOURCE_FUNCTIONS = (
+    ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner.execute_model", ("self", "scheduler_output")),
+    ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner.propose_draft_token_ids",
+     ("self", "scheduler_output", "sampled_token_ids")),
+    ("vllm/v1/spec_decode/custom_class_proposer.py", "create_custom_proposer", ("vllm_config",)),
+    ("vllm/engine/arg_utils.py", "EngineArgs.create_speculative_config", ("self",)),
+    ("vllm/logger.py", "init_logger", ("name",)),
+    ("vllm/distributed/parallel_state.py", "get_tensor_model_parallel_rank", ()),
+    ("vllm/utils/cpu_triton_utils.py", "_expand_kernel_impl",
+     ("output", "input_val", "cu_num_tokens", "replace_from", "replace_to", "MAX_NUM_TOKENS")),
+    ("vllm/triton_utils/dispatcher.py", "register_kernels", ("overrides",)),
+    ("vllm/v1/sample/ops/topk_topp_sampler.py", "apply_top_k_only", ("logits", "k")),
+    ("vllm/v1/worker/gpu_input_batch.py", "InputBatch.req_ids", ("self",)),
+    ("vllm/v1/worker/gpu_input_batch.py", "CachedRequestState.num_tokens", ("self",)),
+    ("vllm/v1/spec_decode/ngram_proposer.py", "NgramProposer.__init__", ("self", "vllm_config")),
+    ("vllm/v1/spec_decode/ngram_proposer.py", "NgramProposer.propose",
+     ("self", "num_speculative_tokens", "sampled_token_ids", "num_tokens_no_spec", "token_ids_cpu",
+      "slot_mappings")),
+    ("vllm/v1/spec_decode/ngram_proposer.py", "_find_longest_matched_ngram_and_propose_tokens",
+     ("origin_tokens", "min_ngram", "max_ngram", "max_model_len", "k")),
+    ("vllm/v1/spec_decode/suffix_decoding.py", "SuffixDecodingProposer.__init__", ("self", "vllm_config")),
+    ("vllm/v1/spec_decode/suffix_decoding.py", "SuffixDecodingProposer.propose",
+     ("self", "num_speculative_tokens", "input_batch", "sampled_token_ids", "slot_mappings")),
+)
+# Fields read on vLLM objects: (file, class, names assigned in its body or __init__)
+SOURCE_FIELDS = (
+    ("vllm/v1/core/sched/output.py", "SchedulerOutput",
+     ("scheduled_spec_decode_tokens", "num_spec_tokens_to_schedule", "finished_req_ids",
+      "total_num_scheduled_tokens")),
+    ("vllm/v1/worker/gpu_input_batch.py", "InputBatch",
+     ("num_prompt_tokens", "num_tokens_no_spec", "token_ids_cpu", "req_id_to_index")),
+    ("vllm/v1/worker/gpu_input_batch.py", "CachedRequestState",
+     ("sampling_params", "output_token_ids")),
+    ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner",
+     ("input_batch", "requests", "max_model_len", "num_spec_tokens", "drafter")),
+    ("vllm/engine/arg_utils.py", "EngineArgs", ("speculative_config",)),
+)
+# The custom_class call site in GPUModelRunner.propose_draft_token_ids: the drafter's propose is
+# called with these arguments (source text), which propose_arguments() reads by PROPOSE_PARAMS.
+PROPOSE_CALL = ("sampled_token_ids", "self.input_batch.num_tokens_no_spec",
+                "self.input_batch.token_ids_cpu", "slot_mappings=slot_mappings")
 
 OPTIONS_KEY = "specdraft"                  # the key users add to speculative_config
 OPTIONS_ATTR = "specdraft_options"         # validated options, on the built SpeculativeConfig
@@ -253,6 +301,97 @@ class StepView:
 
     def live_req_ids(self):
         return self.runner.requests.keys()
+
+
+    def step_rows(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
+                  num_speculative_tokens: int, max_model_len: int, speculates: Any) -> "StepRows":
+        """The batch as flat arrays, for ``SpecDrafter.step`` (no Python loop over rows that
+        decode; rows still in prefill emit nothing and are left out)."""
+        num_rows = len(sampled_token_ids)
+        batch = self.runner.input_batch
+        all_ids = batch.req_ids
+        if len(all_ids) < num_rows:
+            raise RuntimeError(
+                f"vLLM batch has {len(all_ids)} request ids for {num_rows} rows")
+        emitted = list(map(len, sampled_token_ids))
+        num_tokens = num_tokens_no_spec[:num_rows]
+        num_prompt = batch.num_prompt_tokens[:num_rows]
+        if 0 in emitted:  # some rows are still in prefill
+            rows = [i for i, e in enumerate(emitted) if e]
+            req_ids = [all_ids[i] for i in rows]
+            emitted = [emitted[i] for i in rows]
+            num_tokens, num_prompt = num_tokens[rows], num_prompt[rows]
+        else:
+            rows, req_ids = None, all_ids[:num_rows]
+        scheduled = self.scheduler_output.scheduled_spec_decode_tokens
+        num_drafted = map(len, map(scheduled.get, req_ids, repeat(())))
+        # every emitted token but the last (bonus or correction) was an accepted draft token
+        num_accepted = list(map(_accepted, emitted, num_drafted))
+        budget = self.budget(num_speculative_tokens)
+        wanted = list(map(speculates.__getitem__, req_ids))
+        caps = budget if all(wanted) else [budget if w else 0 for w in wanted]
+        return StepRows(num_rows, rows, req_ids, num_tokens, num_prompt, caps, num_accepted,
+                        emitted, max_model_len - 1)
+
+    def request_speculates(self, req_id: str) -> bool:
+        req_state = self.runner.requests.get(req_id)
+        return req_state is None or _request_speculates(req_state)
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine step: vLLM's propose call as SpecDrafter.step arguments
+# ---------------------------------------------------------------------------------------------
+
+# vLLM 0.32 calls ``drafter.propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
+# slot_mappings=...)`` (GPUModelRunner.propose_draft_token_ids, custom_class branch).
+PROPOSE_PARAMS = ("sampled_token_ids", "num_tokens_no_spec", "token_ids_cpu", "slot_mappings")
+
+
+def propose_arguments(args: tuple, kwargs: dict) -> tuple[list[list[int]], Any, Any]:
+    """(sampled_token_ids, num_tokens_no_spec, token_ids_cpu) from vLLM's propose call."""
+    if len(args) >= 3:
+        return args[0], args[1], args[2]
+    bound = dict(zip(PROPOSE_PARAMS, args))
+    bound.update(kwargs)
+    try:
+        return bound["sampled_token_ids"], bound["num_tokens_no_spec"], bound["token_ids_cpu"]
+    except KeyError as e:
+        raise TypeError(f"propose() called without {e.args[0]}; vLLM 0.32 passes "
+                        f"{', '.join(PROPOSE_PARAMS)}") from None
+
+
+def _accepted(emitted: int, drafted: int) -> int:
+    return min(emitted - 1, drafted) if drafted > 0 else -1
+
+
+@dataclasses.dataclass
+class StepRows:
+    """One propose call as ``SpecDrafter.step`` arguments (per-row values: lists or arrays)."""
+
+    num_rows: int           # rows in vLLM's batch (len(sampled_token_ids))
+    rows: Any               # the batch rows handed to the drafter (None: all of them; rows still
+    #                         in prefill emit nothing and are left out)
+    req_ids: list           # their request ids
+    num_tokens: Any
+    num_prompt_tokens: Any
+    caps: Any               # an int for every row, or one per row (0: the request opted out)
+    num_accepted: Any
+    num_emitted: Any
+    # A sequence may not grow past max_model_len, and the step emits one token past the draft:
+    # a draft ends at max_model_len - 1 tokens. (vLLM also skips drafting for a step whose
+    # longest sequence + K exceeds max_model_len.)
+    max_len: int
+
+
+def stateless_rows(sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
+                   num_speculative_tokens: int, max_model_len: int) -> StepRows:
+    """Rows without request ids (propose called outside the runner hook): each row its own
+    throwaway request."""
+    num_rows = len(sampled_token_ids)
+    rows = [i for i, s in enumerate(sampled_token_ids) if s]
+    num_tokens = np.asarray(num_tokens_no_spec[:num_rows], dtype=np.int64)[rows]
+    return StepRows(num_rows, rows, [f"specdraft-row-{i}" for i in rows], num_tokens, num_tokens,
+                    num_speculative_tokens, None, None, max_model_len - 1)
 
 
 def _runner_class():
@@ -464,3 +603,102 @@ def reset_cross_request_state(llm: Any) -> dict:
     prefix = bool(llm.reset_prefix_cache())
     workers = llm.collective_rpc(RESET_METHOD)
     return {"prefix_cache_reset": prefix, "workers": workers}
+
+
+# ---------------------------------------------------------------------------------------------
+# Peers and stand-ins for benchmarks (specdraft overhead, replay): vLLM's own proposers built by
+# their own __init__, and the runner objects the step hooks read
+# ---------------------------------------------------------------------------------------------
+
+def _peer_config(num_speculative_tokens: int, max_model_len: int, max_num_seqs: int,
+                 **speculative: Any) -> Any:
+    """The VllmConfig attributes 0.32's ngram and suffix proposers read in ``__init__``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=num_speculative_tokens,
+                                           **speculative),
+        model_config=SimpleNamespace(max_model_len=max_model_len),
+        scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1))
+
+
+def ngram_config(num_speculative_tokens: int, prompt_lookup_min: int, prompt_lookup_max: int,
+                 max_model_len: int, max_num_seqs: int) -> Any:
+    return _peer_config(num_speculative_tokens, max_model_len, max_num_seqs,
+                        prompt_lookup_min=prompt_lookup_min, prompt_lookup_max=prompt_lookup_max)
+
+
+def ngram_proposer(num_speculative_tokens: int, prompt_lookup_min: int, prompt_lookup_max: int,
+                   max_model_len: int, max_num_seqs: int) -> Any:
+    """vLLM's ``NgramProposer`` (its __init__ runs the numba JIT warm-up)."""
+    from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+
+    return NgramProposer(ngram_config(num_speculative_tokens, prompt_lookup_min,
+                                      prompt_lookup_max, max_model_len, max_num_seqs))
+
+
+def ngram_propose(proposer: Any, num_speculative_tokens: int, sampled_token_ids, num_tokens_no_spec,
+                  token_ids_cpu) -> list[list[int]]:
+    """What GPUModelRunner.propose_draft_token_ids passes to the ngram proposer."""
+    return proposer.propose(num_speculative_tokens, sampled_token_ids, num_tokens_no_spec,
+                            token_ids_cpu, slot_mappings=None)
+
+
+def ngram_match_function() -> Callable:
+    """vLLM's per-request n-gram match (``_find_longest_matched_ngram_and_propose_tokens``)."""
+    from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
+
+    return _find_longest_matched_ngram_and_propose_tokens
+
+
+# vLLM 0.32 defaults of the suffix method's options
+SUFFIX_DEFAULTS = dict(suffix_decoding_max_tree_depth=24, suffix_decoding_max_cached_requests=10000,
+                       suffix_decoding_max_spec_factor=1.0, suffix_decoding_min_token_prob=0.1)
+
+
+def suffix_config(num_speculative_tokens: int, max_model_len: int, **options: Any) -> Any:
+    return _peer_config(num_speculative_tokens, max_model_len, 1, **{**SUFFIX_DEFAULTS, **options})
+
+
+def suffix_proposer(num_speculative_tokens: int, max_model_len: int, **options: Any) -> Any:
+    """vLLM's ``SuffixDecodingProposer`` (arctic-inference's suffix cache behind it)."""
+    from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
+
+    return SuffixDecodingProposer(suffix_config(num_speculative_tokens, max_model_len, **options))
+
+
+def suffix_propose(proposer: Any, num_speculative_tokens: int, input_batch: Any,
+                   sampled_token_ids) -> list[list[int]]:
+    """What GPUModelRunner.propose_draft_token_ids passes to the suffix proposer."""
+    return proposer.propose(num_speculative_tokens, input_batch, sampled_token_ids,
+                            slot_mappings=None)
+
+
+class BatchStandIn:
+    """The part of 0.32's ``InputBatch`` the suffix proposer and specdraft's hooks read."""
+
+    def __init__(self, token_ids_cpu: np.ndarray, num_prompt_tokens: np.ndarray,
+                 req_ids: list[str]):
+        self.token_ids_cpu = token_ids_cpu
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_tokens_no_spec = num_prompt_tokens.astype(np.int32).copy()
+        self.req_ids = req_ids
+        self.req_id_to_index = {r: i for i, r in enumerate(req_ids)}
+
+
+def benchmark_step_view(input_batch: BatchStandIn, scheduled_spec_decode_tokens: dict,
+                        num_speculative_tokens: int) -> StepView:
+    """A StepView over stand-ins of the runner and scheduler output (requests without
+    per-request options), for driving ``SpecdraftProposer.propose`` outside an engine."""
+    from types import SimpleNamespace
+
+    runner = SimpleNamespace(input_batch=input_batch,
+                             requests={r: None for r in input_batch.req_ids})
+    out = SimpleNamespace(scheduled_spec_decode_tokens=scheduled_spec_decode_tokens,
+                          num_spec_tokens_to_schedule=num_speculative_tokens)
+    return StepView(runner, out)
+
+
+def benchmark_step_begin(finished: list[tuple[str, bool]], num_scheduled_tokens: int) -> StepBegin:
+    return StepBegin(finished, num_scheduled_tokens, time.perf_counter())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from specdraft.plugins.vllm import SuffixProposer
 
 
 class FaultyDrafter:
-    """Wraps a real drafter: raises, over-drafts and proposes impossible tokens now and then."""
+    """Wraps a real drafter's step: raises, over-drafts and proposes impossible tokens now and then."""
 
     def __init__(self, drafter, vocab_size: int):
         self.inner = drafter
@@ -16,26 +18,22 @@ class FaultyDrafter:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def draft_batch(self, req_ids, max_budget):
+    def step(self, req_ids, *args, **kwargs):
         self.calls += 1
         if self.calls % 7 == 0:
-            raise RuntimeError("injected failure in draft_batch")
-        trees = self.inner.draft_batch(req_ids, max_budget)
-        if self.calls % 5 == 0:  # far more tokens than num_speculative_tokens: must be capped
-            from specdraft.proposers.base import DraftTree
+            raise RuntimeError("injected failure in step")
+        out = self.inner.step(req_ids, *args, **kwargs)
+        if not len(req_ids):
+            return out
+        from specdraft.proposers.drafter import StepDrafts
 
-            trees = [DraftTree.chain(list(t.token_ids) * 40 or [0] * 40) for t in trees]
+        if self.calls % 5 == 0:  # far more tokens than num_speculative_tokens: must not reach vLLM
+            lengths = np.full(len(req_ids), 40, dtype=np.int32)
+            return StepDrafts(np.zeros(int(lengths.sum()), dtype=np.int32), lengths)
         if self.calls % 11 == 0:  # a token id outside the vocabulary: must never reach vLLM
-            from specdraft.proposers.base import DraftTree
-
-            trees = [DraftTree.chain([self.vocab_size + 5]) for _ in trees]
-        return trees
-
-    def extend(self, req_id, token_ids, num_accepted=None):
-        self.calls += 1
-        if self.calls % 13 == 0:
-            raise RuntimeError("injected failure in extend")
-        return self.inner.extend(req_id, token_ids, num_accepted)
+            lengths = np.ones(len(req_ids), dtype=np.int32)
+            return StepDrafts(np.full(len(req_ids), self.vocab_size + 5, dtype=np.int32), lengths)
+        return out
 
 
 class FaultySuffixProposer(SuffixProposer):

@@ -169,9 +169,9 @@ def test_a_failing_drafter_costs_one_step_of_drafts_not_the_engine():
     def boom(*args, **kwargs):
         raise RuntimeError("injected")
 
-    proposer.drafter.draft_batch = boom
+    proposer.drafter.step = boom
     assert proposer.propose([[4]], np.array([6]), tokens) == [[]]
     assert proposer.propose([[4]], np.array([6]), tokens) == [[]]
     assert proposer.figures["errors"] == 2 and proposer.drafter.stats.errors == 2
-    del proposer.drafter.draft_batch                      # the drafter recovers: drafts again
+    del proposer.drafter.step                             # the drafter recovers: drafts again
     assert proposer.propose([[4]], np.array([6]), tokens) != [[]]

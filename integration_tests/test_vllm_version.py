@@ -18,7 +18,12 @@ def test_supported_versions_use_the_0_32_adapter(version):
     assert vllm_adapter_name(version) == "specdraft.adapters.vllm_v0_32"
 
 
-@pytest.mark.parametrize("version", ["0.31.9", "0.33.0", "0.40.1", "1.0.0", "0.9.2"])
+@pytest.mark.parametrize("version", ["0.33.0", "0.33.2", "0.33.1rc1"])
+def test_0_33_versions_use_the_0_33_adapter(version):
+    assert vllm_adapter_name(version) == "specdraft.adapters.vllm_v0_33"
+
+
+@pytest.mark.parametrize("version", ["0.31.9", "0.34.0", "0.40.1", "1.0.0", "0.9.2"])
 def test_unsupported_versions_name_the_supported_range(version):
     with pytest.raises(UnsupportedEngineVersion) as e:
         vllm_adapter_name(version)
@@ -27,7 +32,7 @@ def test_unsupported_versions_name_the_supported_range(version):
 
 
 def test_supported_range_is_written_as_a_requirement():
-    assert supported_vllm_range() == ">=0.32.0,<0.33.0"
+    assert supported_vllm_range() == ">=0.32.0,<0.34.0"
 
 
 def test_ranges_do_not_overlap_and_modules_import():
@@ -52,7 +57,7 @@ def test_proposer_refuses_to_start_on_an_unsupported_vllm(monkeypatch):
     from specdraft.plugins.vllm import SuffixProposer
 
     monkeypatch.setattr(adapters, "installed_vllm_version", lambda: "0.31.0")
-    with pytest.raises(UnsupportedEngineVersion, match=r">=0\.32\.0,<0\.33\.0"):
+    with pytest.raises(UnsupportedEngineVersion, match=r">=0\.32\.0,<0\.34\.0"):
         SuffixProposer(vllm_config=None)
 
 
@@ -64,7 +69,7 @@ def test_plugin_registers_quietly_on_an_unsupported_vllm(monkeypatch, caplog):
     monkeypatch.setattr(adapters, "installed_vllm_version", lambda: "0.31.0")
     with caplog.at_level(logging.WARNING, logger="vllm.specdraft"):
         vllm_plugin.register()
-    assert "0.31.0" in caplog.text and ">=0.32.0,<0.33.0" in caplog.text
+    assert "0.31.0" in caplog.text and ">=0.32.0,<0.34.0" in caplog.text
 
 
 def test_sampler_fix_only_for_affected_versions():

@@ -11,9 +11,11 @@ controller picks lengths below it. Options go under the ``"specdraft"`` key (a d
 of a JSON file holding one); specdraft's vLLM plugin takes them out before vLLM checks the config.
 
 vLLM calls ``propose`` with batch rows only. The plugin's hooks (specdraft.adapters) bind the
-runner's request identity to each call, so requests are started, extended with their accepted
-counts, finished and aborted as the engine sees them. Without the hooks the proposer drafts each
-row from its tokens alone. A proposer failure never reaches vLLM: the step goes on without drafts,
+runner's request identity to each call; the adapter turns the call into one ``SpecDrafter.step``
+(flat arrays: request ids, vLLM's token buffer, accepted counts, finished and aborted requests,
+per-row caps), which syncs, drafts and sizes the whole batch in one native call. Without the
+hooks the proposer drafts each row from its tokens alone. This module holds no vLLM-version
+fact: those are in specdraft.adapters. A proposer failure never reaches vLLM: the step goes on without drafts,
 the failure is counted (``specdraft:errors_total``) and logged once.
 """
 
@@ -24,8 +26,10 @@ import os
 import time
 from typing import Any
 
+import numpy as np
+
 from specdraft.adapters import vllm_adapter
-from specdraft.adapters.request_sync import RequestSync, Row
+from specdraft.adapters.vllm_step import VllmStep
 from specdraft.plugins.vllm_metrics import SnapshotWriter, read_snapshot, wait_for_snapshot
 
 __all__ = ["SpecdraftProposer", "LookupProposer", "SuffixProposer", "TreeProposer",
@@ -111,16 +115,14 @@ class SpecdraftProposer:
         drafter_options.setdefault("cost_model", self.adapter.cost_model_preset(vllm_config))
         self._drafter_args = (drafter_options, vllm_config)
         self.drafter = self.build_drafter(drafter_options, vllm_config)
-        self.requests = RequestSync(self.drafter)
-        self._rows_alone = RequestSync(self.drafter)  # stateless drafting's throwaway requests
-        self._view = None          # StepView while vLLM is inside propose_draft_token_ids
-        self._finished: list[tuple[str, bool]] = []
-        self._step_started: tuple[int, float] | None = None
+        self.steps = VllmStep(self.adapter, self.drafter, self.num_speculative_tokens,
+                              self.max_model_len, self.vocab_size)
         self._stateless_logged = False
         self._error_logged = False
         self.figures = {"steps": 0, "proposer_seconds": 0.0, "rows": 0, "drafts": 0,
-                        "draft_tokens": 0, "accepted_tokens": 0, "errors": 0,
-                        "draft_length_counts": [0] * (self.num_speculative_tokens + 1)}
+                        "draft_tokens": 0, "accepted_tokens": 0, "errors": 0}
+        self._length_counts = np.zeros(self.num_speculative_tokens + 1, dtype=np.int64)
+        self._lengths: list[np.ndarray] = []  # draft lengths of recent steps, not yet counted
         self._drafter_figures: dict = {}
         self._drafter_figures_at = 0.0
         self.tracked = False
@@ -149,14 +151,16 @@ class SpecdraftProposer:
     def load_model(self, *args, **kwargs) -> None:
         """No draft model: specdraft drafts from token history."""
 
-    def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
-                token_ids_cpu: Any, slot_mappings: Any = None) -> list[list[int]]:
+    def propose(self, *args, **kwargs) -> list[list[int]]:
+        """vLLM's call, whatever its version passes (the adapter reads the arguments)."""
         start = time.perf_counter()
         try:
-            drafts = self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+            sampled, num_tokens_no_spec, token_ids_cpu = self.adapter.propose_arguments(args, kwargs)
+            drafts = self._propose(sampled, num_tokens_no_spec, token_ids_cpu)
         except Exception as e:  # noqa: BLE001 - a proposer failure must not reach the engine
             self._failed(e)
-            drafts = [[] for _ in sampled_token_ids]
+            rows = args[0] if args else kwargs.get("sampled_token_ids", ())
+            drafts = [[] for _ in rows]
         elapsed = time.perf_counter() - start
         self.figures["steps"] += 1
         self.figures["proposer_seconds"] += elapsed
@@ -166,11 +170,10 @@ class SpecdraftProposer:
     # -- hooks called by specdraft.adapters' runner wrappers -------------------------------------
 
     def specdraft_step_begin(self, begin: Any) -> None:
-        self._finished.extend(f for f in begin.finished if f[0] in self.requests)
-        self._step_started = (begin.num_scheduled_tokens, begin.started_at)
+        self.steps.step_begin(begin)
 
     def specdraft_bind(self, view: Any) -> None:
-        self._view = view
+        self.steps.bind(view)
 
     def specdraft_hook_failed(self, error: Exception) -> None:
         self._failed(error)
@@ -179,88 +182,44 @@ class SpecdraftProposer:
         """Forget every request and the global cache (corpora are loaded again): what a
         benchmark round needs so that it cannot copy the previous round's outputs. Called between
         rounds, with no request in flight; finish notices still pending are dropped with them."""
-        live = len(self.requests)
+        live = len(self.drafter.req_ids())
         cached = self.drafter.metrics().get("global_cache_tokens", 0)
-        self._finished.clear()
-        self._step_started = None
-        self.requests.reset()
+        self.steps.forget_events()
+        self.steps.step_started = None
         self.drafter = self.build_drafter(*self._drafter_args)
-        self.requests = RequestSync(self.drafter)
-        self._rows_alone = RequestSync(self.drafter)
+        self.steps.drafter = self.drafter
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
 
-    # -- the step --------------------------------------------------------------------------------
+    # -- the step: one drafter call for the whole batch --------------------------------------------
 
     def _propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> list[list[int]]:
-        view = self._view
-        if view is None:
-            return self._propose_stateless(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
-        self.tracked = True
-        finished, self._finished = self._finished, []
-        for req_id, aborted in finished:
-            self.requests.drop(req_id, aborted)
-        if self._step_started is not None:
-            num_tokens, started_at = self._step_started
-            self._step_started = None
-            self.drafter.report_step(num_tokens, time.perf_counter() - started_at)
-
-        rows = view.rows(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
-        budget = view.budget(self.num_speculative_tokens)
-        wanted: list[tuple[int, Row, int]] = []
-        for i, row in enumerate(rows):
-            if row is None:
-                continue
-            num_accepted = self.requests.sync(row)
-            if num_accepted:
-                self.figures["accepted_tokens"] += num_accepted
-            cap = min(budget, self.max_model_len - row.num_tokens - 1)
-            if row.speculate and cap > 0:
-                wanted.append((i, row, cap))
-        if self.figures["steps"] % 64 == 0:
-            self.requests.retain(view.live_req_ids())
-        return self._draft(wanted, len(sampled_token_ids))
-
-    def _propose_stateless(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu):
-        """No request ids: draft each row from its own tokens, forgetting it afterwards."""
-        if not self._stateless_logged:
+        if self.steps.view is None and not self._stateless_logged:
             self._stateless_logged = True
             why = f" ({self.hook_problem})" if self.hook_problem else ""
             self.log.warning("specdraft: vLLM called propose outside specdraft's runner hook%s; "
                              "drafting statelessly", why)
-        wanted = []
-        try:
-            for i, sampled in enumerate(sampled_token_ids):
-                n = int(num_tokens_no_spec[i])
-                cap = min(self.num_speculative_tokens, self.max_model_len - n - 1)
-                if not sampled or cap <= 0:
-                    continue
-                row = Row(f"specdraft-row-{i}", token_ids_cpu[i], n, n)
-                self._rows_alone.sync(row)
-                wanted.append((i, row, cap))
-            return self._draft(wanted, len(sampled_token_ids))
-        finally:
-            self._rows_alone.reset()
-
-    def _draft(self, wanted: list[tuple[int, Row, int]], num_rows: int) -> list[list[int]]:
-        drafts: list[list[int]] = [[] for _ in range(num_rows)]
-        if not wanted:
-            return drafts
-        max_cap = max(cap for _, _, cap in wanted)
-        trees = self.drafter.draft_batch([row.req_id for _, row, _ in wanted], max_cap)
-        counts = self.figures["draft_length_counts"]
-        for (i, _, cap), tree in zip(wanted, trees):
-            chain = tree if tree.is_chain() else tree.best_path()
-            tokens = [int(t) for t in chain.token_ids[:cap]]
-            if any(t < 0 or t >= self.vocab_size for t in tokens):
-                raise ValueError(f"drafter proposed a token outside the vocabulary "
-                                 f"(0..{self.vocab_size - 1}): {tokens}")
-            drafts[i] = tokens
-            counts[len(tokens)] += 1
-            if tokens:
-                self.figures["drafts"] += 1
-                self.figures["draft_tokens"] += len(tokens)
-        self.figures["rows"] += len(wanted)
+        accepted_before = self.drafter.stats.accepted_tokens
+        drafts, out, tracked = self.steps.propose(sampled_token_ids, num_tokens_no_spec,
+                                                  token_ids_cpu)
+        self.tracked = self.tracked or tracked
+        f = self.figures
+        f["accepted_tokens"] += self.drafter.stats.accepted_tokens - accepted_before
+        f["draft_tokens"] += out.tokens.shape[0]
+        self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)
+        if len(self._lengths) >= 256:
+            self._count_lengths()
         return drafts
+
+    def _count_lengths(self) -> None:
+        if not self._lengths:
+            return
+        lengths = np.concatenate(self._lengths)
+        self._lengths = []
+        f = self.figures
+        f["rows"] += lengths.shape[0]
+        f["drafts"] += int(np.count_nonzero(lengths))
+        if lengths.size:
+            self._length_counts += np.bincount(lengths, minlength=self._length_counts.size)
 
     def _failed(self, error: Exception) -> None:
         self.figures["errors"] += 1
@@ -273,12 +232,16 @@ class SpecdraftProposer:
             self.log.error("specdraft: proposer failed; this step goes on without drafts and the "
                            "drafter's request state is rebuilt from vLLM's. Later failures are "
                            "only counted (specdraft:errors_total).", exc_info=error)
-        self._finished.clear()
-        self.requests.reset()
+        self.steps.forget_events()
+        try:
+            self.drafter.reset()
+        except Exception:  # noqa: BLE001 - the drafter is in trouble; the next step rebuilds it
+            pass
 
     def _publish(self) -> None:
         if self.writer is None:
             return
+        self._count_lengths()
         now = time.monotonic()
         if now - self._drafter_figures_at > 0.2:
             self._drafter_figures_at = now
@@ -290,7 +253,7 @@ class SpecdraftProposer:
         stats = self.drafter.stats
         self.writer.publish({
             **self._drafter_figures, **self.figures,
-            "draft_length_counts": list(self.figures["draft_length_counts"]),
+            "draft_length_counts": self._length_counts.tolist(),
             "requests_started": stats.requests, "requests_finished": stats.finished,
             "requests_aborted": stats.aborted, "tracked": self.tracked,
             "strategy": self.options.get("strategy"),

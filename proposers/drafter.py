@@ -3,20 +3,32 @@
 It maps engine request ids to core handles, runs the draft core (native suffix index, its Python
 twin, or prompt lookup), applies the adaptive draft-length controller across the batch, and keeps
 the counters adapters export. One instance per engine worker; every public method holds one lock.
+
+Two ways in, over the same state:
+
+* per request: ``start`` / ``extend`` / ``draft`` / ``draft_batch`` / ``finish`` / ``abort``;
+* per engine step: ``step`` takes the adapter's view of the whole batch as flat arrays and returns
+  the drafts as flat arrays. With the native core that is one C++ call (GIL released) that
+  applies the events, syncs every row, drafts and sizes the drafts; ``_step_python`` is its
+  plain-Python twin and the specification (tests/test_step_twin.py checks them against each other).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import threading
 import time
-from typing import Iterable, Sequence
+from itertools import repeat
+from typing import Hashable, Iterable, Sequence
+
+import numpy as np
 
 from specdraft.proposers.base import DraftTree, DrafterStats, SpecdraftConfigError
 from specdraft.proposers.config import DrafterConfig
-from specdraft.proposers.controller import CostModel, DraftLengthController
+from specdraft.proposers.controller import CURVES, CostModel, DraftLengthController
 from specdraft.proposers.lookup import PromptLookupCore
 from specdraft.proposers.suffix_core import SuffixCore
 
@@ -44,6 +56,90 @@ def make_core(cfg: DrafterConfig):
                                    "specdraft.proposers._suffix_native is not built; accepted: "
                                    "'auto' or false, or reinstall specdraft with a C++ compiler")
     return (cls or SuffixCore)(**kwargs)
+
+
+class _NativeCostModel:
+    def __init__(self, core):
+        self._core = core
+
+    def cost(self, tokens: float) -> float:
+        return self._core.ctl_cost(tokens)
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        self._core.ctl_cost_observe(int(tokens), float(seconds))
+
+
+class NativeController:
+    """``DraftLengthController``'s interface over the native controller held by the core.
+
+    The native step sizes drafts inside the core, so the per-request API must use the same
+    controller state: this object forwards to it.
+    """
+
+    def __init__(self, core, cfg: DrafterConfig):
+        curve = CURVES[cfg.cost_model] if isinstance(cfg.cost_model, str) else cfg.cost_model
+        core.set_controller([(float(t), float(c)) for t, c in curve], 4.0, cfg.calibration_prior,
+                            cfg.request_prior, cfg.request_decay, cfg.idle_decay, cfg.min_gain)
+        self._core = core
+        self.cost_model = _NativeCostModel(core)
+
+    def observe(self, key, num_accepted: int) -> None:
+        self._core.ctl_observe(key, int(num_accepted))
+
+    def forget(self, key) -> None:
+        self._core.ctl_forget(key)
+
+    def choose(self, keys, drafts) -> list[int]:
+        return self._core.ctl_choose(list(keys), [(list(pa), list(pr)) for pa, pr in drafts])
+
+    def sent(self, key, probs) -> None:
+        self._core.ctl_sent(key, list(probs) if probs else [])
+
+    def path_gains(self, key, parents, probs) -> list[float]:
+        return self._core.ctl_path_gains(key, list(parents), list(probs))
+
+    def calibrated(self, p: float) -> float:
+        return self._core.ctl_calibrated(p)
+
+    def request_factor(self, key) -> float:
+        return self._core.ctl_request_factor(key)
+
+    @property
+    def chosen_lengths(self) -> dict[int, int]:
+        return self._core.ctl_chosen_lengths()
+
+
+@dataclasses.dataclass
+class StepDrafts:
+    """``SpecDrafter.step``'s answer: one chain per row, concatenated in row order."""
+
+    tokens: np.ndarray   # int32, the rows' drafts back to back
+    lengths: np.ndarray  # int32, one per row (0: no draft)
+
+    def rows(self) -> list[list[int]]:
+        """One list of token ids per row (the form vLLM's ``propose`` returns)."""
+        return _rows_to_lists(self.tokens, self.lengths)
+
+
+def _rows_to_lists(tokens: np.ndarray, lengths: np.ndarray) -> list[list[int]]:
+    try:
+        from specdraft.proposers._suffix_native import rows_to_lists
+    except ImportError:
+        flat = tokens.tolist()
+        ends = np.cumsum(lengths).tolist()
+        return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+    return rows_to_lists(tokens, lengths)
+
+
+def _row_array(values, n: int, name: str, default: int | None = None) -> np.ndarray:
+    if values is None:
+        if default is None:
+            raise ValueError(f"{name} is required")
+        return np.full(n, default, dtype=np.int64)
+    a = np.asarray(values, dtype=np.int64)
+    if a.shape != (n,):
+        raise ValueError(f"{name} must have one entry per row ({n}), got {a.size}")
+    return a
 
 
 def read_corpus(path: str, tokenizer=None) -> list[list[int]]:
@@ -98,9 +194,14 @@ class SpecDrafter:
         self.vocab_size = vocab_size
         self.core = make_core(cfg)
         self.native = type(self.core).__module__.endswith("_suffix_native")
-        self.controller = DraftLengthController(
-            CostModel(cfg.cost_model), cfg.calibration_prior, cfg.request_prior,
-            cfg.request_decay, cfg.idle_decay, cfg.min_gain) if cfg.adaptive else None
+        if not cfg.adaptive:
+            self.controller = None
+        elif self.native:
+            self.controller = NativeController(self.core, cfg)
+        else:
+            self.controller = DraftLengthController(
+                CostModel(cfg.cost_model), cfg.calibration_prior, cfg.request_prior,
+                cfg.request_decay, cfg.idle_decay, cfg.min_gain)
         self._tree = cfg.strategy == "tree"
         self._handles: dict[object, int] = {}
         self._next_handle = 0
@@ -216,6 +317,221 @@ class SpecDrafter:
                     st.drafted_tokens += len(t)
             st.draft_time_s += time.perf_counter() - t0
             return trees
+
+    # ------------------------------------------------------------ engine step
+    def step(self, req_ids: Sequence[Hashable], token_ids: np.ndarray, num_tokens,
+             num_prompt_tokens, caps, *, rows=None, token_offsets=None, num_accepted=None,
+             num_emitted=None, finished: Sequence[Hashable] = (),
+             aborted: Sequence[Hashable] = (), max_len: int | None = None) -> StepDrafts:
+        """One engine step for the whole batch: events, sync, drafts and their lengths.
+
+        Rows (R of them; per-row integers are lists, tuples or 1-D numpy arrays of R entries):
+
+        - ``req_ids``: the engine's request id of each row (any hashable, one row per request).
+        - ``token_ids``/``num_tokens``: each row's token history, read from flat arrays. Either
+          ``token_ids`` is an (N, L) buffer and row j's history is
+          ``token_ids[rows[j], :num_tokens[j]]`` (``rows`` defaults to 0..R-1: vLLM's
+          ``token_ids_cpu``), or ``token_ids`` is 1-D and ``token_offsets`` (R + 1 entries) says
+          that ``token_ids[token_offsets[j]:token_offsets[j + 1]]`` are the *last* tokens of row
+          j's history (positions up to ``num_tokens[j]``). The drafter reads only what it has
+          not seen: the tokens past those it already holds, or the whole prompt for a request
+          it does not know; a row that does not reach that far back is an error naming the row.
+        - ``num_prompt_tokens``: prompt length (what a new request starts with).
+        - ``caps``: the most draft tokens the row may get this step (engine budget, per-request
+          opt-out; one int for every row); 0 or less: the row is synced but gets no draft.
+        - ``max_len``: if given, no draft takes a row's history past ``max_len`` tokens (the cap
+          becomes ``min(caps[j], max_len - num_tokens[j])``).
+        - ``num_accepted``: draft tokens of the row's previous draft that the target accepted
+          (-1 or None: unknown); applied only when ``num_emitted`` (tokens the engine emitted
+          for the row this step; -1 or None: unchecked) equals the tokens new to the drafter.
+        - ``finished`` / ``aborted``: request ids that left the engine since the last step
+          (finished ones feed the global cache; unknown ids are ignored). They are applied
+          before the rows. Preempted requests need no event: they are simply absent from the
+          rows until they resume, and their history then continues where it was.
+
+        Sync follows the engine's history: a request the drafter does not know is started with
+        its prompt, a history that grew is extended, and a history shorter than what the drafter
+        holds restarts the request. Token ids must lie in ``0..vocab_size-1``.
+
+        Returns ``StepDrafts(tokens, lengths)``: row j's draft is a chain of ``lengths[j] <=
+        caps[j]`` tokens (tree drafts are reduced to their best chain), sized across the batch
+        by the adaptive controller. With the native core the whole step is one C++ call with the
+        GIL released; otherwise (or with ``native=False``) ``_step_python`` does the same.
+        """
+        t0 = time.perf_counter()
+        tokens = token_ids if isinstance(token_ids, np.ndarray) else np.asarray(token_ids)
+        if tokens.dtype != np.int32 or not tokens.flags.c_contiguous:
+            tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+        with self._lock:
+            handles = self._row_handles(req_ids)
+            fin = self._pop_handles(finished) if finished else ()
+            ab = self._pop_handles(aborted) if aborted else ()
+            if self._native_step:
+                toks, lengths, counts = self.core.step(
+                    handles, tokens, num_tokens, num_prompt_tokens, caps, rows, token_offsets,
+                    num_accepted, num_emitted, fin, ab, self.vocab_size or 0, self._tree,
+                    -1 if max_len is None else max_len)
+            else:
+                toks, lengths, counts = self._step_python(
+                    handles, tokens, num_tokens, num_prompt_tokens, caps, rows, token_offsets,
+                    num_accepted, num_emitted, fin, ab, max_len)
+            st = self._stats
+            started, n_fin, n_ab, accepted, drafts, drafted = counts
+            st.requests += started
+            st.finished += n_fin
+            st.aborted += n_ab
+            st.accepted_tokens += accepted
+            st.drafts += drafts
+            st.drafted_tokens += drafted
+            st.draft_time_s += time.perf_counter() - t0
+            return StepDrafts(toks, lengths)
+
+    @property
+    def _native_step(self) -> bool:
+        return self.native and hasattr(self.core, "step")
+
+    def _row_handles(self, req_ids) -> list[int]:
+        hs = list(map(self._handles.get, req_ids, repeat(-1)))
+        if -1 in hs:  # requests new to the drafter (once in their life)
+            for j, h in enumerate(hs):
+                if h < 0:
+                    r = req_ids[j]
+                    h = self._handles.get(r)
+                    if h is None:
+                        h = self._handles[r] = self._next_handle
+                        self._next_handle += 1
+                    hs[j] = h
+        return hs
+
+    def _pop_handles(self, req_ids) -> list[int]:
+        pop = self._handles.pop
+        return [h for h in (pop(r, None) for r in req_ids) if h is not None]
+
+    def _step_python(self, handles, tokens, num_tokens, num_prompt_tokens, caps, rows,
+                     token_offsets, num_accepted, num_emitted, finished, aborted, max_len):
+        """Plain-Python twin of the native step (proposers/native/step.h): the specification."""
+        R = len(handles)
+        num_tokens = _row_array(num_tokens, R, "num_tokens")
+        num_prompt = _row_array(num_prompt_tokens, R, "num_prompt_tokens")
+        caps = (np.full(R, int(caps), dtype=np.int64) if isinstance(caps, (int, np.integer))
+                else _row_array(caps, R, "caps"))
+        num_accepted = _row_array(num_accepted, R, "num_accepted", -1)
+        num_emitted = _row_array(num_emitted, R, "num_emitted", -1)
+        if token_offsets is not None:
+            if tokens.ndim != 1:
+                raise ValueError("token_offsets needs a 1-D token_ids array")
+            off = _row_array(token_offsets, R + 1, "token_offsets")
+            row_offset = off[:-1]
+            row_start = num_tokens - np.diff(off)
+        else:
+            if tokens.ndim != 2:
+                raise ValueError("token_ids must be an (N, L) array, or 1-D with token_offsets")
+            row_idx = np.arange(R, dtype=np.int64) if rows is None else _row_array(rows, R, "rows")
+            if R and (row_idx.min() < 0 or row_idx.max() >= tokens.shape[0]):
+                raise ValueError(f"rows must lie in 0..{tokens.shape[0] - 1}")
+            row_offset = row_idx * tokens.shape[1]
+            row_start = np.zeros(R, dtype=np.int64)
+        if max_len is not None:
+            caps = np.minimum(caps, max_len - num_tokens)
+        tokens = tokens.reshape(-1)
+        core, ctl = self.core, self.controller
+        started = n_fin = n_ab = accepted = 0
+        for h in finished:
+            if core.has(h):
+                core.finish(h)
+                if ctl is not None:
+                    ctl.forget(h)
+                n_fin += 1
+        for h in aborted:
+            if core.has(h):
+                core.abort(h)
+                if ctl is not None:
+                    ctl.forget(h)
+                n_ab += 1
+        vmax = self.vocab_size if self.vocab_size else 2 ** 31
+        size = tokens.shape[0]
+
+        def history(j: int, h: int, start: int, end: int) -> list[int]:
+            if start < row_start[j]:
+                raise ValueError(f"row {j} (request handle {h}): the drafter needs the history "
+                                 f"from position {start} but the row's tokens start at position "
+                                 f"{row_start[j]}")
+            at = row_offset[j] + (start - row_start[j])
+            last = row_offset[j] + (num_tokens[j] - row_start[j])
+            if row_offset[j] < 0 or last > size:
+                raise ValueError(f"row {j} (request handle {h}): its tokens [{at}, {last}) lie "
+                                 f"outside the token array of {size}")
+            toks = tokens[at:at + (end - start)].tolist()
+            for t in toks:
+                if t < 0 or t >= vmax:
+                    raise ValueError(f"row {j} (request handle {h}): token id {t} out of range; "
+                                     f"accepted 0 <= id < {vmax}")
+            return toks
+
+        for j, h in enumerate(handles):
+            n = int(num_tokens[j])
+            known = core.num_tokens(h) if core.has(h) else -1
+            if known >= 0 and n < known:  # the engine discarded tokens: start over
+                core.abort(h)
+                if ctl is not None:
+                    ctl.forget(h)
+                n_ab += 1
+                known = -1
+            if known < 0:
+                known = max(0, min(int(num_prompt[j]), n))
+                core.start(h, history(j, h, 0, known))
+                started += 1
+            if n > known:
+                toks = history(j, h, known, n)
+                acc = int(num_accepted[j])
+                use = acc >= 0 and (num_emitted[j] < 0 or num_emitted[j] == n - known)
+                core.extend(h, toks)
+                if use:
+                    accepted += acc
+                    if ctl is not None:
+                        ctl.observe(h, acc)
+
+        keys, rows, trees = [], [], []
+        for j, h in enumerate(handles):
+            if caps[j] <= 0:
+                continue
+            toks, parents, probs, match_len = core.draft(h, int(caps[j]), self._tree)
+            t = DraftTree(list(toks), list(parents), list(probs), match_len)
+            if self._tree:
+                t = t.best_path()
+            keys.append(h)
+            rows.append(j)
+            trees.append(t)
+        if ctl is not None:
+            counts = ctl.choose(keys, [(t.parents, t.probs) for t in trees])
+        else:
+            counts = [len(t) for t in trees]
+        lengths = np.zeros(len(handles), dtype=np.int32)
+        out: list[int] = []
+        for h, j, t, k in zip(keys, rows, trees, counts):
+            t = t.truncate(k)
+            if ctl is not None:
+                ctl.sent(h, t.probs)
+            out.extend(t.token_ids)
+            lengths[j] = len(t)
+        return (np.array(out, dtype=np.int32), lengths,
+                (started, n_fin, n_ab, accepted, int(np.count_nonzero(lengths)), len(out)))
+
+    def reset(self) -> None:
+        """Forget every live request (after a failure; the engine's history rebuilds them)."""
+        with self._lock:
+            for h in list(self._handles.values()):
+                if self.core.has(h):
+                    self.core.abort(h)
+                if self.controller is not None:
+                    self.controller.forget(h)
+                self._stats.aborted += 1
+            self._handles.clear()
+
+    def req_ids(self) -> list:
+        """The engine request ids the drafter holds state for."""
+        with self._lock:
+            return list(self._handles)
 
     def report_step(self, num_scored_tokens: int, seconds: float) -> None:
         """Verification-cost feedback: one target pass scored this many tokens in this time."""

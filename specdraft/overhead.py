@@ -1,19 +1,22 @@
-"""``specdraft overhead``: proposer CPU cost per request-step, measured side by side.
+"""``specdraft overhead``: proposer cost per request-step, each method driven the way vLLM drives it.
 
-One run measures, interleaved, the microseconds a proposer spends per request per decoding step
-(append the step's accepted tokens, then draft the next guess) for:
+Every method is called through the object vLLM's model runner calls, with the arguments it passes
+(vLLM internals are reached only through specdraft's version adapter):
 
-  specdraft  the native ``SuffixCore`` (chain drafts), driven through ``step_batch`` over the batch
-  arctic     arctic-inference's ``SuffixDecodingCache`` (the C++ suffix tree behind vLLM's
-             ``suffix`` method), driven by vLLM 0.32's own ``SuffixDecodingProposer.propose``
-             (add_active_response + speculate per request, pattern = last max_tree_depth tokens
-             sliced from the runner's token buffer), max_tree_depth 24, max_spec_tokens 16,
-             vLLM's defaults max_spec_factor 1.0 and min_token_prob 0.1
-  ngram      vLLM's ``NgramProposer.propose`` (numba batch path), prompt_lookup_min/max from the
-             flags (default 2/5), num_speculative_tokens 16. The proposer object is built with
-             ``NgramProposer.__new__`` and the attributes its ``__init__`` derives from a
-             VllmConfig (a real VllmConfig needs a model config); ``propose`` itself is vLLM's.
-             Its "append" is writing the new tokens into the runner's token buffer.
+  specdraft  ``SuffixProposer.propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)``,
+             preceded by the runner hooks' events (step begin with the requests that ended, the
+             bound StepView over the runner's batch): the whole path a user pays, one native call
+             per step inside. Its native-core-only time (inside that call) is reported beside it,
+             so the Python share is visible.
+  arctic     vLLM 0.32's ``SuffixDecodingProposer.propose(k, input_batch, sampled_token_ids)``
+             (arctic-inference's C++ suffix tree), built by its own ``__init__``; max_tree_depth
+             24, vLLM's defaults max_spec_factor 1.0 and min_token_prob 0.1.
+  ngram      vLLM's ``NgramProposer.propose(k, sampled_token_ids, num_tokens_no_spec,
+             token_ids_cpu)`` (numba batch path), built by its own ``__init__`` (JIT warm-up),
+             prompt_lookup_min/max 2/5.
+
+The runner's own work (writing the sampled tokens into its token buffer, building the scheduler
+output) is done for every method outside the timed call.
 
 Workload (all methods see the same token streams):
 
@@ -26,16 +29,18 @@ Workload (all methods see the same token streams):
 * The global caches are pre-filled before timing with earlier synthetic requests whose outputs
   total ``--global-cache-tokens`` (specdraft: start/extend/finish; arctic: start_request /
   add_active_response / stop_request with max_cached_requests sized to the same token budget).
-* The measured batch: ``--batch`` requests with ``--prompt-tokens`` prompts and pre-generated
-  ground-truth outputs of ``--output-tokens``. Each step, every live request appends what a
-  verifier would have emitted after the method's previous draft: the longest draft prefix that
-  matches the ground truth, plus one token (so each method advances at its own acceptance rate
-  over the same streams; the report includes tokens per step).
+* The measured batch: each size in ``--batches`` is one run, with that many requests of
+  ``--prompt-tokens`` prompts and pre-generated ground-truth outputs of ``--output-tokens``.
+  Each step, every live request appends what a verifier would have emitted after the method's
+  previous draft: the longest draft prefix that matches the ground truth, plus one token (so each
+  method advances at its own acceptance rate over the same streams; the report includes tokens
+  per step). A request that ends is reported to specdraft with the next step's events (vLLM's
+  ``finished_req_ids``), so feeding it to the global cache is inside the timed step; arctic's
+  ``stop_request`` is timed separately (``finish_ms_per_request``).
 * Methods alternate in blocks of ``--block-steps`` steps (A B C A B C ...); each block's time
-  divided by its request-steps is one sample; the report gives the median over blocks and the
-  overall mean. specdraft feeds a finished request to its global cache in ``finish`` (arctic
-  does that incrementally during decoding), so its finish cost is reported too, and folded into
-  ``us_per_request_step_incl_finish``.
+  divided by its request-steps is one sample. On a shared machine single timings swing widely:
+  the report gives each method's fastest block and median block, and specdraft's ratios to the
+  peers as the ratio of fastest blocks and the median of interleaved block ratios.
 
 Usage: ``specdraft overhead --json FILE`` (or ``python -m specdraft.overhead``).
 """
@@ -56,7 +61,7 @@ from typing import Callable
 import numpy as np
 
 DEFAULTS = dict(prompt_tokens=4096, output_tokens=1024, global_cache_tokens=1_000_000, budget=16,
-                batch=64, block_steps=8, vocab=32000, max_depth=24, seed=0, ngram_min=2, ngram_max=5,
+                batches="1,16,64,256", block_steps=8, vocab=32000, max_depth=24, seed=0, ngram_min=2, ngram_max=5,
                 prefill_prompt_tokens=64)
 
 
@@ -235,234 +240,246 @@ class Method:
         return out
 
 
+def _ids(n: int) -> list[str]:
+    return [f"req{i}" for i in range(n)]
+
+
+class _RunnerRows:
+    """The runner side every vLLM-driven method shares: the token buffer the model runner keeps
+    (``token_ids_cpu``, ``num_tokens_no_spec``) with the step's sampled tokens written into it
+    before the proposer is called (untimed: vLLM does it whatever the method)."""
+
+    def __init__(self, adapter, prompts: list[list[int]], max_model_len: int):
+        n = len(prompts)
+        buf = np.zeros((n, max_model_len), dtype=np.int32)
+        for i, p in enumerate(prompts):
+            buf[i, :len(p)] = p
+        self.batch = adapter.BatchStandIn(buf, np.array([len(p) for p in prompts], dtype=np.int32),
+                                          _ids(n))
+
+    def write(self, live: list[int], pending: list[list[int]], n: int) -> list[list[int]]:
+        b = self.batch
+        sampled: list[list[int]] = [[] for _ in range(n)]  # rows that ended stay, empty
+        for i in live:
+            t = pending[i]
+            k = int(b.num_tokens_no_spec[i])
+            b.token_ids_cpu[i, k:k + len(t)] = t
+            b.num_tokens_no_spec[i] = k + len(t)
+            sampled[i] = t
+        return sampled
+
+
+class _TimedCore:
+    """The drafter's native core with the time spent inside its step call counted (the
+    native-core-only figure; the rest of ``propose`` is the Python share)."""
+
+    def __init__(self, core):
+        self._core = core
+        self.ns = 0
+
+    def step(self, *args, **kwargs):
+        t0 = time.perf_counter_ns()
+        try:
+            return self._core.step(*args, **kwargs)
+        finally:
+            self.ns += time.perf_counter_ns() - t0
+
+    def __getattr__(self, name):
+        return getattr(self._core, name)
+
+
 class SpecdraftMethod(Method):
+    """specdraft's ``SpecdraftProposer.propose``, called as vLLM 0.32's runner calls it, with the
+    runner hooks' events (step begin with finished requests, the bound StepView)."""
+
     name = "specdraft"
 
-    def __init__(self, prompts, truths, budget, args, prefill):
+    def __init__(self, prompts, truths, budget, args, prefill, adapter):
         super().__init__(prompts, truths, budget)
-        from specdraft.proposers import _suffix_native as native
-        if not getattr(native, "AVAILABLE", False):
-            raise RuntimeError("specdraft.proposers._suffix_native is the placeholder build")
-        self.core = native.SuffixCore(max_depth=args.max_depth, global_cache_tokens=args.global_cache_tokens)
+        from types import SimpleNamespace
+
+        from specdraft.plugins.vllm import SuffixProposer
+
+        self.adapter = adapter
+        self.max_model_len = args.prompt_tokens + args.output_tokens + budget + 8
+        config = SimpleNamespace(  # the VllmConfig fields specdraft's engine_facts reads
+            speculative_config=SimpleNamespace(
+                num_speculative_tokens=budget, specdraft_options={
+                    "global_cache_tokens": args.global_cache_tokens, "max_depth": args.max_depth,
+                    "native": True, "adaptive": args.specdraft_adaptive, "cost_model": "gpu"}),
+            model_config=SimpleNamespace(max_model_len=self.max_model_len, dtype=None,
+                                         get_vocab_size=lambda: args.vocab))
+        self.prop = SuffixProposer(config)
+        drafter = self.prop.drafter
+        if not drafter.native:
+            raise RuntimeError("specdraft.proposers._suffix_native is not built")
+        self.timed = _TimedCore(drafter.core)
+        drafter.core = self.timed
         t0 = time.perf_counter()
         for k, (p, o) in enumerate(prefill):
-            h = -1 - k
-            self.core.start(h, p)
-            self.core.extend(h, o)
-            self.core.finish(h)
+            rid = f"pre{k}"
+            drafter.start(rid, p)
+            drafter.extend(rid, o)
+            drafter.finish(rid)
         self.prefill_s = time.perf_counter() - t0
-        self.prefill_tokens = self.core.global_tokens()
-        self.mem_after_prefill = self.core.memory_bytes()
-        t0 = time.perf_counter()
-        for i, p in enumerate(prompts):
-            self.core.start(i, p)
-        self.start_s = time.perf_counter() - t0
-        self.local_bytes = self.core.requests_memory_bytes() / max(self.n, 1)
+        self.prefill_tokens = drafter.core.global_tokens()
+        self.mem_after_prefill = drafter.core.memory_bytes()
+        self.runner = _RunnerRows(adapter, prompts, self.max_model_len)
+        self.scheduled: dict[str, list[int]] = {}  # req_id -> draft verified this step
+        self.last_drafts: dict[int, list[int]] = {}
+        self.finished_events: list[tuple[str, bool]] = []
+        self.core_ns_blocks: list[float] = []
+
+    def prepare(self, live):
+        self.sampled = self.runner.write(live, self.pending, self.n)
+        ids = self.runner.batch.req_ids
+        self.scheduled = {ids[i]: self.last_drafts.get(i, []) for i in live}
+        self.view = self.adapter.benchmark_step_view(self.runner.batch, self.scheduled, self.budget)
+        self.begin = self.adapter.benchmark_step_begin(
+            self.finished_events, len(live) + sum(len(d) for d in self.scheduled.values()))
+        self.finished_events = []
 
     def step(self, live):
-        res = self.core.step_batch(live, [self.pending[i] for i in live], self.budget)
-        return [r[0] for r in res]
+        p, b = self.prop, self.runner.batch
+        p.specdraft_step_begin(self.begin)       # execute_model entry (runner hook)
+        p.specdraft_bind(self.view)              # propose_draft_token_ids entry (runner hook)
+        rows = p.propose(self.sampled, b.num_tokens_no_spec, b.token_ids_cpu, slot_mappings=None)
+        p.specdraft_bind(None)
+        self.last_drafts = {i: rows[i] for i in live}
+        return [rows[i] for i in live]
 
     def finish(self, i):
-        self.core.finish(i)
+        # reported with the next step's begin, as vLLM does (the drafter finishes it in that step)
+        self.finished_events.append((self.runner.batch.req_ids[i], False))
+
+    def run_block(self, steps):
+        ns0, rs0 = self.timed.ns, self.request_steps
+        super().run_block(steps)
+        if self.request_steps > rs0:
+            self.core_ns_blocks.append((self.timed.ns - ns0) / 1e3 / (self.request_steps - rs0))
 
     def summary(self):
         out = super().summary()
+        core = self.prop.drafter.core
         gt = self.prefill_tokens
         out.update({
+            "driven_by": "specdraft.plugins.vllm.SuffixProposer.propose with the runner hooks' events",
+            "native_core_us_per_request_step": round(statistics.median(self.core_ns_blocks), 3)
+            if self.core_ns_blocks else None,
+            "native_core_us_per_request_step_min": round(min(self.core_ns_blocks), 3)
+            if self.core_ns_blocks else None,
+            "errors": self.prop.figures["errors"],
             "prefill_s": round(self.prefill_s, 3),
-            "prefill_tokens_per_s": round(gt / self.prefill_s) if self.prefill_s else None,
-            "start_ms_per_request": round(self.start_s * 1e3 / max(self.n, 1), 3),
             "global_tokens_after_prefill": gt,
-            "global_nodes": self.core.global_nodes(),
-            "local_index_bytes_per_request": round(self.local_bytes),
             "memory_bytes_after_prefill": self.mem_after_prefill,
             "bytes_per_cached_token": round(self.mem_after_prefill / gt, 2) if gt else None,
-            "bytes_per_cached_token_at_end": round(self.core.memory_bytes() / self.core.global_tokens(), 2)
-            if self.core.global_tokens() else None,
-            "finish_ms_per_request": round(self.finish_ns / 1e6 / max(self.finished, 1), 3),
-            "us_per_request_step_incl_finish": round((self.step_ns + self.finish_ns) / 1e3
-                                                     / max(self.request_steps, 1), 3),
+            "global_nodes": core.global_nodes(),
         })
         return out
 
 
-class _InputBatch:
-    """The part of vLLM's InputBatch that SuffixDecodingProposer.propose reads."""
-
-    def __init__(self, prompts, max_model_len):
-        n = len(prompts)
-        self.token_ids_cpu = np.zeros((n, max_model_len), dtype=np.int32)
-        self.num_prompt_tokens = np.array([len(p) for p in prompts], dtype=np.int32)
-        self.num_tokens_no_spec = self.num_prompt_tokens.copy()
-        for i, p in enumerate(prompts):
-            self.token_ids_cpu[i, :len(p)] = p
-        self.req_ids: list[str] = []
-        self.req_id_to_index: dict[str, int] = {}
-
-
 class ArcticMethod(Method):
+    """vLLM 0.32's ``SuffixDecodingProposer.propose`` (arctic-inference's suffix cache)."""
+
     name = "arctic"
 
-    def __init__(self, prompts, truths, budget, args, prefill):
+    def __init__(self, prompts, truths, budget, args, prefill, adapter):
         super().__init__(prompts, truths, budget)
-        from arctic_inference.suffix_decoding import SuffixDecodingCache
+        self.adapter = adapter
         out_len = max(1, args.output_tokens)
         self.max_cached = max(1, math.ceil(args.global_cache_tokens / out_len))
-        self.cache = SuffixDecodingCache(max_tree_depth=args.max_depth, max_cached_requests=self.max_cached)
         self.max_model_len = args.prompt_tokens + args.output_tokens + budget + 8
-        self.via_vllm = False
-        try:
-            from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
-            prop = SuffixDecodingProposer.__new__(SuffixDecodingProposer)
-            prop.num_speculative_tokens = budget
-            prop.max_tree_depth = args.max_depth
-            prop.max_spec_factor = 1.0       # vLLM default suffix_decoding_max_spec_factor
-            prop.min_token_prob = 0.1        # vLLM default suffix_decoding_min_token_prob
-            prop.max_model_len = self.max_model_len
-            prop.suffix_cache = self.cache
-            self.prop = prop
-            self.via_vllm = True
-        except Exception as e:  # vLLM missing: same calls, written out
-            log(f"arctic: vLLM's SuffixDecodingProposer unavailable ({e!r}); driving the cache directly")
-            self.prop = None
+        self.prop = adapter.suffix_proposer(budget, self.max_model_len,
+                                            suffix_decoding_max_tree_depth=args.max_depth,
+                                            suffix_decoding_max_cached_requests=self.max_cached)
+        cache = self.prop.suffix_cache
         t0 = time.perf_counter()
         cached = []
         for k, (p, o) in enumerate(prefill):
             rid = f"pre{k}"
-            self.cache.start_request(rid, p)
-            self.cache.add_active_response(rid, o.tolist())
-            self.cache.stop_request(rid)
+            cache.start_request(rid, p)
+            cache.add_active_response(rid, o.tolist())
+            cache.stop_request(rid)
             cached.append(len(o))
         self.prefill_s = time.perf_counter() - t0
         self.prefill_tokens = sum(cached[-self.max_cached:])
-        self.batch = _InputBatch(prompts, self.max_model_len)
-        self.batch.req_ids = [f"req{i}" for i in range(self.n)]
-        self.batch.req_id_to_index = {r: i for i, r in enumerate(self.batch.req_ids)}
-        t0 = time.perf_counter()
-        for i, p in enumerate(prompts):  # what propose() does on a request's first step
-            self.cache.start_request(self.batch.req_ids[i], np.asarray(p, dtype=np.int32))
-        self.start_s = time.perf_counter() - t0
-        self.mem = None
-        try:
-            self.local_bytes = sum(int(t.estimate_memory()) for t in self.cache._local_trees.values()) / max(self.n, 1)
-        except Exception:
-            self.local_bytes = None
+        self.runner = _RunnerRows(adapter, prompts, self.max_model_len)
 
     def prepare(self, live):
-        # the model runner writes the sampled tokens into its buffer before proposing
-        b = self.batch
-        for i in live:
-            t = self.pending[i]
-            n = int(b.num_tokens_no_spec[i])
-            b.token_ids_cpu[i, n:n + len(t)] = t
-            b.num_tokens_no_spec[i] = n + len(t)
-        # vLLM's runner passes every batch row; rows without sampled tokens are skipped
-        self.sampled = [[] for _ in range(self.n)]
-        for i in live:
-            self.sampled[i] = self.pending[i]
+        self.sampled = self.runner.write(live, self.pending, self.n)
 
     def step(self, live):
-        b, sampled = self.batch, self.sampled
-        if self.prop is not None:
-            rows = self.prop.propose(self.budget, b, sampled)
-        else:
-            rows = [[] for _ in range(self.n)]
-            for i in live:
-                rid = b.req_ids[i]
-                self.cache.add_active_response(rid, sampled[i])
-                n = int(b.num_tokens_no_spec[i])
-                pattern = b.token_ids_cpu[i, max(0, n - self.cache.max_tree_depth):n]
-                d = self.cache.speculate(rid, pattern, max_spec_tokens=min(self.budget, self.max_model_len - n - 1),
-                                         max_spec_factor=1.0, min_token_prob=0.1)
-                rows[i] = d.token_ids
+        rows = self.adapter.suffix_propose(self.prop, self.budget, self.runner.batch, self.sampled)
         return [rows[i] for i in live]
 
     def finish(self, i):
-        self.cache.stop_request(self.batch.req_ids[i])
+        # vLLM's runner stops the request in the suffix cache when it leaves the batch
+        self.prop.suffix_cache.stop_request(self.runner.batch.req_ids[i])
 
     def summary(self):
         out = super().summary()
         out.update({
-            "driven_by": "vllm SuffixDecodingProposer.propose" if self.via_vllm else "direct calls",
+            "driven_by": "vllm SuffixDecodingProposer.propose",
             "max_cached_requests": self.max_cached,
             "prefill_s": round(self.prefill_s, 3),
-            "prefill_tokens_per_s": round(self.prefill_tokens / self.prefill_s) if self.prefill_s else None,
-            "start_ms_per_request": round(self.start_s * 1e3 / max(self.n, 1), 3),
             "global_tokens_after_prefill": self.prefill_tokens,
             "finish_ms_per_request": round(self.finish_ns / 1e6 / max(self.finished, 1), 3),
         })
-        if self.local_bytes is not None:
-            out["local_index_bytes_per_request"] = round(self.local_bytes)
-        if self.mem is not None:
-            out["estimate_memory_bytes_after_prefill"] = self.mem
-            out["bytes_per_cached_token"] = round(self.mem / self.prefill_tokens, 2) if self.prefill_tokens else None
         return out
 
 
 class NgramMethod(Method):
+    """vLLM's ``NgramProposer.propose`` (numba batch path), built by its own ``__init__``."""
+
     name = "ngram"
 
-    def __init__(self, prompts, truths, budget, args):
+    def __init__(self, prompts, truths, budget, args, adapter):
         super().__init__(prompts, truths, budget)
-        from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+        self.adapter = adapter
         self.max_model_len = args.prompt_tokens + args.output_tokens + budget + 8
-        p = NgramProposer.__new__(NgramProposer)
-        # what NgramProposer.__init__ derives from the VllmConfig
-        p.min_n = args.ngram_min
-        p.max_n = args.ngram_max
-        p.k = budget
-        p.max_model_len = self.max_model_len
-        p.valid_ngram_draft = np.zeros((self.n, budget), dtype=np.int32)
-        p.valid_ngram_num_drafts = np.zeros((self.n,), dtype=np.int32)
-        p.num_tokens_threshold = 8192
-        p.num_numba_thread_available = 1  # min(1, cpu_count // 2) // tp_size in vLLM 0.32
-        self.prop = p
-        self.token_ids_cpu = np.zeros((self.n, self.max_model_len), dtype=np.int32)
-        self.num_tokens = np.zeros(self.n, dtype=np.int32)
-        for i, pr in enumerate(prompts):
-            self.token_ids_cpu[i, :len(pr)] = pr
-            self.num_tokens[i] = len(pr)
         t0 = time.perf_counter()
-        # JIT warm-up (vLLM's __init__ does the same with a dummy batch)
-        p.propose(budget, [[1]] * self.n, self.num_tokens.copy(), self.token_ids_cpu)
+        self.prop = adapter.ngram_proposer(budget, args.ngram_min, args.ngram_max,
+                                           self.max_model_len, max(self.n, 1))
         self.jit_s = time.perf_counter() - t0
         self.prefill_s = 0.0
+        self.runner = _RunnerRows(adapter, prompts, self.max_model_len)
+
+    def prepare(self, live):
+        self.sampled = self.runner.write(live, self.pending, self.n)
 
     def step(self, live):
-        # runner: write the sampled tokens into its buffer; then propose over the batch rows.
-        # Finished requests stay as rows with no sampled tokens (skipped by propose).
-        sampled = [[] for _ in range(self.n)]
-        tok, num = self.token_ids_cpu, self.num_tokens
-        for i in live:
-            t = self.pending[i]
-            n = int(num[i])
-            tok[i, n:n + len(t)] = t
-            num[i] = n + len(t)
-            sampled[i] = t
-        drafts = self.prop.propose(self.budget, sampled, num, tok)
-        return [drafts[i] for i in live]
+        b = self.runner.batch
+        rows = self.adapter.ngram_propose(self.prop, self.budget, self.sampled,
+                                          b.num_tokens_no_spec, b.token_ids_cpu)
+        return [rows[i] for i in live]
 
     def summary(self):
         out = super().summary()
         out.update({"prompt_lookup_min": self.prop.min_n, "prompt_lookup_max": self.prop.max_n,
-                    "numba_jit_warmup_s": round(self.jit_s, 3),
-                    "driven_by": "vllm NgramProposer.propose (object built without a VllmConfig)"})
+                    "init_with_numba_jit_s": round(self.jit_s, 3),
+                    "driven_by": "vllm NgramProposer.propose"})
         return out
 
 
 # ------------------------------------------------------------------------------- driver
+METHODS = ("specdraft", "arctic", "ngram")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specdraft overhead",
-                                description="Proposer CPU cost per request-step: specdraft vs arctic-inference "
-                                            "suffix decoding vs vLLM n-gram, interleaved in one run.")
+                                description="Proposer cost per request-step, each method driven "
+                                            "through the object vLLM calls: specdraft vs vLLM "
+                                            "suffix (arctic-inference) vs vLLM n-gram, interleaved.")
     p.add_argument("--json", metavar="FILE", help="write the results here (JSON)")
+    p.add_argument("--table", metavar="FILE",
+                   help="print the markdown table of a results file written by --json, and exit")
     p.add_argument("--prompt-tokens", type=int, default=DEFAULTS["prompt_tokens"])
     p.add_argument("--output-tokens", type=int, default=DEFAULTS["output_tokens"])
     p.add_argument("--global-cache-tokens", type=int, default=DEFAULTS["global_cache_tokens"],
                    help="global cache budget, pre-filled before timing")
     p.add_argument("--budget", type=int, default=DEFAULTS["budget"], help="draft budget (tokens)")
-    p.add_argument("--batch", type=int, default=DEFAULTS["batch"], help="concurrent requests")
+    p.add_argument("--batches", default=DEFAULTS["batches"],
+                   help="comma-separated batch sizes (concurrent requests), one run each")
     p.add_argument("--block-steps", type=int, default=DEFAULTS["block_steps"],
                    help="steps per timed block; methods alternate block by block")
     p.add_argument("--vocab", type=int, default=DEFAULTS["vocab"])
@@ -472,11 +489,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ngram-max", type=int, default=DEFAULTS["ngram_max"], help="prompt_lookup_max")
     p.add_argument("--prefill-prompt-tokens", type=int, default=DEFAULTS["prefill_prompt_tokens"],
                    help="prompt length of the pre-fill requests (their outputs fill the cache)")
-    p.add_argument("--methods", default="specdraft,arctic,ngram",
-                   help="comma-separated subset of specdraft,arctic,ngram")
+    p.add_argument("--methods", default=",".join(METHODS),
+                   help="comma-separated subset of " + ",".join(METHODS))
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
-    p.add_argument("--no-arctic-memory", action="store_true",
-                   help="skip arctic's estimate_memory() (it walks the whole tree)")
+    p.add_argument("--specdraft-adaptive", action="store_true",
+                   help="specdraft sizes drafts with its adaptive controller (GPU cost curve). Off "
+                        "by default: it then drafts what the index proposes up to the budget, as "
+                        "the peers do, so the methods do comparable work; on, it drafts little or "
+                        "nothing at large batches, where verification is compute-bound")
     return p
 
 
@@ -484,21 +504,15 @@ def _fmt(v, nd=2):
     return "-" if v is None else (f"{v:,.{nd}f}" if isinstance(v, float) else f"{v:,}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    bad = [m for m in methods if m not in ("specdraft", "arctic", "ngram")]
-    if bad:
-        print(f"specdraft overhead: unknown method(s) {bad}; use specdraft, arctic, ngram", file=sys.stderr)
-        return 2
-    t_all = time.perf_counter()
-    skipped: dict[str, str] = {}
+def _ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
 
-    # ---- streams
+
+def generate(args, max_batch: int):
+    """The streams: pre-fill requests, then max_batch prompts and outputs (a batch of b requests
+    takes the first b)."""
     t0 = time.perf_counter()
     gen = StreamGen(args.seed, vocab=args.vocab)
-    prompts = [gen.sequence(args.prompt_tokens) for _ in range(args.batch)]
-    truths = [gen.sequence(args.output_tokens, own=p) for p in prompts]
     prefill = []
     total = 0
     while total < args.global_cache_tokens and args.output_tokens > 0:
@@ -506,119 +520,162 @@ def main(argv: list[str] | None = None) -> int:
         o = np.asarray(gen.sequence(args.output_tokens, own=p), dtype=np.int32)
         prefill.append((np.asarray(p, dtype=np.int32), o))
         total += len(o)
+    prompts = [gen.sequence(args.prompt_tokens) for _ in range(max_batch)]
+    truths = [gen.sequence(args.output_tokens, own=p) for p in prompts]
     gen_s = time.perf_counter() - t0
-    log(f"generated {args.batch} prompts x {args.prompt_tokens} + outputs x {args.output_tokens}, "
-        f"{len(prefill)} pre-fill requests ({total:,} output tokens) in {gen_s:.1f}s")
+    log(f"generated {len(prefill)} pre-fill requests ({total:,} tokens), {max_batch} prompts x "
+        f"{args.prompt_tokens} + outputs x {args.output_tokens} in {gen_s:.1f}s")
+    return prefill, prompts, truths, gen_s
 
-    # ---- methods
-    runners: list[tuple[str, object, Callable[[int], None]]] = []
-    if "specdraft" in methods:
-        try:
-            log("specdraft: pre-filling the global cache ...")
-            m = SpecdraftMethod(prompts, truths, args.budget, args, prefill)
-            log(f"specdraft: pre-fill {m.prefill_tokens:,} tokens in {m.prefill_s:.2f}s "
-                f"({m.prefill_tokens / max(m.prefill_s, 1e-9):,.0f} tok/s), "
-                f"{m.mem_after_prefill / max(m.prefill_tokens, 1):.1f} bytes/cached token")
-            runners.append(("specdraft", m, m.run_block))
-        except Exception as e:
-            skipped["specdraft"] = f"{type(e).__name__}: {e}"
-            log(f"specdraft: SKIPPED ({skipped['specdraft']})")
-    if "arctic" in methods:
-        try:
-            import arctic_inference.suffix_decoding  # noqa: F401
-        except Exception as e:
-            skipped["arctic"] = f"arctic_inference is not importable ({type(e).__name__}: {e})"
-            log(f"arctic: SKIPPED ({skipped['arctic']})")
-        else:
-            log("arctic: pre-filling the global cache ...")
-            m = ArcticMethod(prompts, truths, args.budget, args, prefill)
-            log(f"arctic: pre-fill {m.prefill_tokens:,} tokens in {m.prefill_s:.2f}s "
-                f"({m.prefill_tokens / max(m.prefill_s, 1e-9):,.0f} tok/s), driven by "
-                f"{'vLLM SuffixDecodingProposer.propose' if m.via_vllm else 'direct calls'}")
-            if not args.no_arctic_memory:
-                t0 = time.perf_counter()
-                try:
-                    m.mem = int(m.cache._global_tree.estimate_memory())
-                    log(f"arctic: estimate_memory {m.mem / max(m.prefill_tokens, 1):.1f} bytes/cached token "
-                        f"({time.perf_counter() - t0:.1f}s)")
-                except Exception as e:  # not exposed by this build
-                    log(f"arctic: estimate_memory unavailable ({e!r})")
-            runners.append(("arctic", m, m.run_block))
-    if "ngram" in methods:
-        try:
-            log("ngram: importing vLLM (slow the first time) ...")
-            m = NgramMethod(prompts, truths, args.budget, args)
-            log(f"ngram: numba JIT warm-up {m.jit_s:.1f}s")
-            runners.append(("ngram", m, m.run_block))
-        except Exception as e:
-            skipped["ngram"] = f"{type(e).__name__}: {e}"
-            log(f"ngram: SKIPPED ({skipped['ngram']})")
 
-    # ---- interleaved timing (no cyclic GC pauses inside the timed calls, for every method)
+def run_batch(args, batch: int, methods: list[str], adapter, skipped: dict, streams) -> dict:
+    prefill, all_prompts, all_truths, gen_s = streams
+    prompts, truths = all_prompts[:batch], all_truths[:batch]
+    runners: list[tuple[str, Method]] = []
+    for name in methods:
+        try:
+            if name == "specdraft":
+                m = SpecdraftMethod(prompts, truths, args.budget, args, prefill, adapter)
+            elif name == "arctic":
+                m = ArcticMethod(prompts, truths, args.budget, args, prefill, adapter)
+            else:
+                m = NgramMethod(prompts, truths, args.budget, args, adapter)
+        except Exception as e:  # noqa: BLE001 - reported, and the others still run
+            skipped[name] = f"{type(e).__name__}: {e}"
+            log(f"{name}: SKIPPED ({skipped[name]})")
+            continue
+        log(f"batch {batch}: {name} ready (pre-fill {m.prefill_s:.1f}s)")
+        runners.append((name, m))
     gc.collect()
     gc.disable()
     t0 = time.perf_counter()
-    rnd = 0
-    while any(not m.done() for _, m, _ in runners):
-        for name, m, run in runners:
-            if not m.done():
-                run(args.block_steps)
-        rnd += 1
-        if rnd % 10 == 0:
-            prog = ", ".join(f"{name} {sum(m.pos) * 100 // max(1, args.batch * args.output_tokens)}%"
-                             for name, m, _ in runners)
-            log(f"round {rnd}: {prog}")
+    try:
+        while any(not m.done() for _, m in runners):
+            for _, m in runners:
+                if not m.done():
+                    m.run_block(args.block_steps)
+    finally:
+        gc.enable()
     timing_s = time.perf_counter() - t0
-    gc.enable()
+    results = {name: m.summary() for name, m in runners}
+    for name, m in runners:
+        results[name]["us_per_request_step_min"] = round(min(m.block_us), 3) if m.block_us else None
+    blocks = {name: m.block_us for name, m in runners}
+    ratios = {}
+    sd = blocks.get("specdraft")
+    for peer in ("arctic", "ngram"):
+        pb = blocks.get(peer)
+        if sd and pb:
+            pairs = [a / b for a, b in zip(sd, pb) if b > 0]
+            ratios[f"specdraft_over_{peer}"] = {
+                "ratio_of_minimums": _ratio(min(sd), min(pb)),
+                "median_of_block_ratios": round(statistics.median(pairs), 3) if pairs else None,
+                "ratio_of_medians": _ratio(statistics.median(sd), statistics.median(pb)),
+            }
+    log(f"batch {batch}: timed in {timing_s:.1f}s")
+    return {"results": results, "ratios": ratios,
+            "timing": {"generate_s": round(gen_s, 2), "interleaved_s": round(timing_s, 2)}}
 
-    # ---- report
-    results = {name: m.summary() for name, m, _ in runners}
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.table:
+        with open(args.table) as f:
+            print(format_table(json.load(f)))
+        return 0
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        print(f"specdraft overhead: unknown method(s) {bad}; use {', '.join(METHODS)}",
+              file=sys.stderr)
+        return 2
+    try:
+        batches = [int(b) for b in str(args.batches).split(",") if b.strip()]
+    except ValueError:
+        print(f"specdraft overhead: --batches must be comma-separated integers, got "
+              f"{args.batches!r}", file=sys.stderr)
+        return 2
+    from specdraft.adapters import installed_vllm_version, vllm_adapter
+
+    adapter = vllm_adapter()  # every method is driven through vLLM's objects
+    t_all = time.perf_counter()
+    skipped: dict[str, str] = {}
+    by_batch = {}
+    pressure = _cpu_pressure()
+    streams = generate(args, max(batches))
+    for batch in batches:
+        by_batch[str(batch)] = run_batch(args, batch, methods, adapter, skipped, streams)
     report = {
         "benchmark": "specdraft overhead",
-        "unit": "microseconds per request-step (append the step's tokens + draft)",
+        "unit": "microseconds per request-step: one propose call over the batch (the step's "
+                "request events, sync, drafts), divided by the requests in it",
+        "statistic": "us_per_request_step: median over blocks; _min: fastest block; ratios: "
+                     "ratio of the methods' fastest blocks, and median of interleaved block ratios",
         "settings": {
-            "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens,
-            "global_cache_tokens": args.global_cache_tokens, "draft_budget": args.budget,
-            "batch": args.batch, "block_steps": args.block_steps, "vocab": args.vocab,
+            "batches": batches, "prompt_tokens": args.prompt_tokens,
+            "output_tokens": args.output_tokens, "global_cache_tokens": args.global_cache_tokens,
+            "draft_budget": args.budget, "block_steps": args.block_steps, "vocab": args.vocab,
             "max_depth": args.max_depth, "seed": args.seed, "ngram_min": args.ngram_min,
-            "ngram_max": args.ngram_max, "prefill_requests": len(prefill),
-            "prefill_prompt_tokens": args.prefill_prompt_tokens, "specdraft_drafts": "chain (step_batch)",
-            "arctic": {"max_tree_depth": args.max_depth, "max_spec_tokens": args.budget,
-                       "max_spec_factor": 1.0, "min_token_prob": 0.1},
+            "ngram_max": args.ngram_max, "prefill_prompt_tokens": args.prefill_prompt_tokens,
+            "vllm": installed_vllm_version(),
+            "specdraft": "SuffixProposer.propose (chain drafts; adaptive length controller "
+                         + ("on, gpu cost curve)" if args.specdraft_adaptive else "off)"),
+            "arctic": {k: v for k, v in adapter.SUFFIX_DEFAULTS.items()
+                       if k != "suffix_decoding_max_cached_requests"},
             "generator": "StreamGen: Zipf(1.1) unigram + 8-successor Markov chain + copied spans "
                          "(30% from 300 shared docs, 25% from own prompt/output; geometric spans, mean 24)",
         },
-        "results": results,
+        "batches": by_batch,
         "skipped": skipped,
-        "timing": {"generate_s": round(gen_s, 2), "interleaved_s": round(timing_s, 2),
-                   "total_s": round(time.perf_counter() - t_all, 2)},
+        "total_s": round(time.perf_counter() - t_all, 2),
         "host": {"python": platform.python_version(), "machine": platform.machine(),
-                 "cpus": os.cpu_count(), "platform": platform.platform()},
+                 "cpus": os.cpu_count(), "platform": platform.platform(),
+                 "cpu_pressure_before": pressure, "cpu_pressure_after": _cpu_pressure()},
     }
     if args.json:
         d = os.path.dirname(os.path.abspath(args.json))
         os.makedirs(d, exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
-
-    cols = ["us/req-step", "mean", "cpu us/req-step", "incl. finish", "tokens/step", "us/out token",
-            "bytes/cached tok"]
-    print(f"\n{'method':<10} " + " ".join(f"{c:>16}" for c in cols))
-    for name, r in results.items():
-        vals = [r.get("us_per_request_step"), r.get("us_per_request_step_mean"), r.get("cpu_us_per_request_step"),
-                r.get("us_per_request_step_incl_finish"), r.get("tokens_per_step"), r.get("us_per_output_token"),
-                r.get("bytes_per_cached_token")]
-        print(f"{name:<10} " + " ".join(f"{_fmt(v):>16}" for v in vals))
-    print("(us/req-step: median over blocks of wall time; mean: over all blocks; cpu: thread CPU time, median;\n"
-          " incl. finish: specdraft's finish() folded in; us/out token: us/req-step / tokens appended per step)")
+    print(format_table(report))
     for name, why in skipped.items():
         print(f"{name:<10} skipped: {why}")
-    print(f"\nsettings: batch {args.batch}, prompt {args.prompt_tokens}, output {args.output_tokens}, "
-          f"global cache {args.global_cache_tokens:,} tokens, budget {args.budget}; "
-          f"total {report['timing']['total_s']}s")
     if args.json:
         print(f"results written to {args.json}")
     return 0
+
+
+def format_table(report: dict) -> str:
+    """Markdown table: us per request-step by method and batch, and specdraft's ratios."""
+    lines = ["| batch | specdraft | (native core) | arctic | ngram | specdraft / arctic | "
+             "specdraft / ngram | tokens per step (specdraft / arctic / ngram) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for batch, b in report["batches"].items():
+        r, q = b["results"], b["ratios"]
+
+        def us(name, key="us_per_request_step_min"):
+            return _fmt(r.get(name, {}).get(key))
+
+        def ratio(peer):
+            x = q.get(f"specdraft_over_{peer}", {})
+            return f"{_fmt(x.get('ratio_of_minimums'))} ({_fmt(x.get('median_of_block_ratios'))})"
+
+        lines.append(f"| {batch} | {us('specdraft')} | "
+                     f"{us('specdraft', 'native_core_us_per_request_step_min')} | {us('arctic')} | "
+                     f"{us('ngram')} | {ratio('arctic')} | {ratio('ngram')} | "
+                     f"{' / '.join(us(m, 'tokens_per_step') for m in METHODS)} |")
+    lines.append("")
+    lines.append("us per request-step, fastest block of each method; ratios: of the fastest "
+                 "blocks (median of interleaved block ratios in brackets)")
+    return "\n".join(lines)
+
+
+def _cpu_pressure() -> str | None:
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return f.readline().strip()
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

@@ -107,10 +107,11 @@ class VllmNgramMethod(Method):
     def __init__(self, name: str, prompt_lookup_min: int = 2, prompt_lookup_max: int = 5,
                  max_model_len: int = 1 << 30):
         import numpy as np
-        from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
+
+        from specdraft.adapters import vllm_adapter
         self.name = name
         self._np = np
-        self._fn = _find_longest_matched_ngram_and_propose_tokens
+        self._fn = vllm_adapter().ngram_match_function()
         self.min_n, self.max_n, self.max_model_len = prompt_lookup_min, prompt_lookup_max, max_model_len
         self._buf = np.zeros(1024, dtype=np.int32)
         self._len = 0

@@ -4,6 +4,10 @@
 // tests/test_native_twin.py checks that both return identical answers on random streams.
 // Native extensions: batch entry points (extend_batch, draft_batch, step_batch; they release the
 // GIL while they work), memory_bytes(), evict_global(), compact_global().
+// The engine step (`step`, native twin of SpecDrafter._step_python) and the draft-length
+// controller (`ctl_*`, native twin of proposers/controller.py) live on the core, so that one call
+// with flat arrays does a whole step with the GIL released.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <climits>
@@ -12,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "controller.h"
+#include "step.h"
 #include "suffix_core.h"
 #include "suffix_index.h"
 
@@ -178,12 +184,196 @@ struct PyCore {
   SuffixCore core;
   std::mutex mu;
   Draft scratch;
+  std::unique_ptr<DraftLengthController> ctl;  // set_controller(); none: drafts are not sized
+  Stepper stepper;
+  StepOutput step_out;
   PyCore(int max_depth, int64_t global_cache_tokens, int64_t max_children, double min_path_prob, double kappa,
          bool cache_prompts)
       : core(max_depth, global_cache_tokens, max_children, min_path_prob, kappa, cache_prompts) {}
 };
 
 using Lock = std::lock_guard<std::mutex>;
+
+using I64Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+DraftLengthController& controller_of(PyCore& s) {
+  if (!s.ctl) throw ValueErr{"this core has no draft-length controller (call set_controller first)"};
+  return *s.ctl;
+}
+
+std::vector<double> doubles_of(py::handle obj) {
+  std::vector<double> v;
+  for (py::handle item : obj) v.push_back(item.cast<double>());
+  return v;
+}
+
+std::vector<int32_t> int32s_of(py::handle obj) {
+  std::vector<int32_t> v;
+  for (py::handle item : obj) v.push_back(item.cast<int32_t>());
+  return v;
+}
+
+void need_rows(const I64Array& a, size_t n, const char* name) {
+  if (a.ndim() != 1 || (size_t)a.shape(0) != n)
+    throw ValueErr{std::string(name) + " must be a 1-D array of " + std::to_string(n) + " entries (one per row)"};
+}
+
+// Per-row integers from a list, a tuple, a 1-D integer buffer (numpy) or an iterable; an int is
+// broadcast; None gives `fill`. Exactly `n` entries are required.
+std::vector<int64_t> row_ints(py::handle obj, size_t n, const char* name, int64_t fill, bool allow_none) {
+  std::vector<int64_t> out;
+  if (obj.is_none()) {
+    if (!allow_none) throw ValueErr{std::string(name) + " is required"};
+    out.assign(n, fill);
+    return out;
+  }
+  if (PyLong_Check(obj.ptr())) {
+    out.assign(n, to_i64(obj.ptr()));
+    return out;
+  }
+  if (PyList_CheckExact(obj.ptr())) {
+    out = ints_of(obj);
+  } else {
+    std::vector<int32_t> v;
+    read_tokens(obj, v);
+    out.assign(v.begin(), v.end());
+  }
+  if (out.size() != n)
+    throw ValueErr{std::string(name) + " must have one entry per row (" + std::to_string(n) + "), got " +
+                   std::to_string(out.size())};
+  return out;
+}
+
+py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens, py::handle num_tokens_obj,
+                   py::handle num_prompt_obj, py::handle caps_obj, py::handle rows_obj, py::handle offsets_obj,
+                   py::handle accepted_obj, py::handle emitted_obj, py::handle finished_obj, py::handle aborted_obj,
+                   int64_t vocab_size, bool tree, int64_t max_len) {
+  std::vector<int64_t> handles = ints_of(handles_obj);
+  const size_t n = handles.size();
+  std::vector<int64_t> num_tokens = row_ints(num_tokens_obj, n, "num_tokens", 0, false);
+  std::vector<int64_t> num_prompt = row_ints(num_prompt_obj, n, "num_prompt_tokens", 0, false);
+  std::vector<int64_t> caps = row_ints(caps_obj, n, "caps", 0, false);
+  std::vector<int64_t> accepted = row_ints(accepted_obj, n, "num_accepted", -1, true);
+  std::vector<int64_t> emitted = row_ints(emitted_obj, n, "num_emitted", -1, true);
+  std::vector<int64_t> finished = finished_obj.is_none() ? std::vector<int64_t>() : ints_of(finished_obj);
+  std::vector<int64_t> aborted = aborted_obj.is_none() ? std::vector<int64_t>() : ints_of(aborted_obj);
+  std::vector<int64_t> row_offset(n), row_start(n, 0);
+  if (!offsets_obj.is_none()) {  // flat: row j's tokens are the last tokens of its history
+    if (tokens.ndim() != 1) throw ValueErr{"token_offsets needs a 1-D token_ids array"};
+    std::vector<int64_t> off = row_ints(offsets_obj, n + 1, "token_offsets", 0, false);
+    for (size_t j = 0; j < n; ++j) {
+      row_offset[j] = off[j];
+      row_start[j] = num_tokens[j] - (off[j + 1] - off[j]);
+    }
+  } else {  // a buffer of rows: row j's history is token_ids[rows[j], :num_tokens[j]]
+    if (tokens.ndim() != 2) throw ValueErr{"token_ids must be an (N, L) array, or 1-D with token_offsets"};
+    const int64_t nrows = (int64_t)tokens.shape(0), width = (int64_t)tokens.shape(1);
+    std::vector<int64_t> rows = rows_obj.is_none() ? std::vector<int64_t>() : row_ints(rows_obj, n, "rows", 0, false);
+    for (size_t j = 0; j < n; ++j) {
+      const int64_t r = rows_obj.is_none() ? (int64_t)j : rows[j];
+      if (r < 0 || r >= nrows) throw ValueErr{"rows must lie in 0.." + std::to_string(nrows - 1)};
+      row_offset[j] = r * width;
+    }
+  }
+  if (max_len >= 0)
+    for (size_t j = 0; j < n; ++j) caps[j] = std::min(caps[j], max_len - num_tokens[j]);
+  StepInput in;
+  in.num_rows = n;
+  in.handles = handles.data();
+  in.tokens = tokens.data();
+  in.tokens_size = (int64_t)tokens.size();
+  in.row_offset = row_offset.data();
+  in.row_start = row_start.data();
+  in.num_prompt = num_prompt.data();
+  in.num_tokens = num_tokens.data();
+  in.num_accepted = accepted.data();
+  in.num_emitted = emitted.data();
+  in.caps = caps.data();
+  in.finished = finished.data();
+  in.num_finished = finished.size();
+  in.aborted = aborted.data();
+  in.num_aborted = aborted.size();
+  in.vocab_size = vocab_size;
+  in.tree = tree;
+  StepOutput& out = self.step_out;
+  {
+    py::gil_scoped_release rel;
+    Lock lk(self.mu);
+    self.stepper.run(self.core, self.ctl.get(), in, out);
+  }
+  py::array_t<int32_t> toks((py::ssize_t)out.tokens.size());
+  if (!out.tokens.empty()) std::memcpy(toks.mutable_data(), out.tokens.data(), out.tokens.size() * sizeof(int32_t));
+  py::array_t<int32_t> lens((py::ssize_t)n);
+  int64_t drafts = 0;
+  for (size_t j = 0; j < n; ++j) drafts += out.lengths[j] > 0;
+  if (n) std::memcpy(lens.mutable_data(), out.lengths.data(), n * sizeof(int32_t));
+  const StepCounts& c = out.counts;
+  return py::make_tuple(toks, lens,
+                        py::make_tuple(c.started, c.finished, c.aborted, c.accepted, drafts, (int64_t)out.tokens.size()));
+}
+
+// vLLM's list[list[int]] for `num_rows` batch rows from the drafts of the rows given (`rows`:
+// their batch rows, None: 0..). Checks what must never reach the engine: a draft longer than its
+// cap, or a token id outside 0..vocab_size-1.
+py::list engine_rows(const I32Array& tokens, const I32Array& lengths, int64_t num_rows, py::handle rows_obj,
+                     py::handle caps_obj, int64_t vocab_size) {
+  const size_t n = (size_t)lengths.size();
+  std::vector<int64_t> rows = rows_obj.is_none() ? std::vector<int64_t>() : row_ints(rows_obj, n, "rows", 0, false);
+  std::vector<int64_t> caps = row_ints(caps_obj, n, "caps", 0, false);
+  const int32_t* t = tokens.data();
+  const int32_t* l = lengths.data();
+  size_t total = 0;
+  for (size_t j = 0; j < n; ++j) {
+    if (l[j] < 0 || l[j] > std::max<int64_t>(0, caps[j]))
+      throw ValueErr{"drafter returned a draft of " + std::to_string(l[j]) + " tokens for row " + std::to_string(j) +
+                     " (at most " + std::to_string(std::max<int64_t>(0, caps[j])) + " allowed)"};
+    total += (size_t)l[j];
+  }
+  if (total != (size_t)tokens.size())
+    throw ValueErr{"drafter returned " + std::to_string(tokens.size()) + " tokens for lengths adding up to " +
+                   std::to_string(total)};
+  for (size_t i = 0; i < total; ++i)
+    if (t[i] < 0 || (vocab_size > 0 && t[i] >= vocab_size))
+      throw ValueErr{"drafter proposed token id " + std::to_string(t[i]) + ", outside the vocabulary (0.." +
+                     std::to_string(vocab_size - 1) + ")"};
+  py::list res(num_rows);
+  std::vector<char> filled((size_t)std::max<int64_t>(0, num_rows), 0);
+  size_t a = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const int64_t r = rows_obj.is_none() ? (int64_t)j : rows[j];
+    if (r < 0 || r >= num_rows) throw ValueErr{"rows must lie in 0.." + std::to_string(num_rows - 1)};
+    const size_t k = (size_t)l[j];
+    PyObject* row = new_ref_or_throw(PyList_New((Py_ssize_t)k));
+    py::object keep = py::reinterpret_steal<py::object>(row);
+    for (size_t i = 0; i < k; ++i) PyList_SET_ITEM(row, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(t[a + i])));
+    res[(size_t)r] = keep;
+    filled[(size_t)r] = 1;
+    a += k;
+  }
+  for (int64_t r = 0; r < num_rows; ++r)
+    if (!filled[(size_t)r]) res[(size_t)r] = py::reinterpret_steal<py::object>(new_ref_or_throw(PyList_New(0)));
+  return res;
+}
+
+// Drafts as vLLM takes them: [list(tokens[a:a + lengths[j]]) for each row j].
+py::list rows_to_lists(const I32Array& tokens, const I32Array& lengths) {
+  const int32_t* t = tokens.data();
+  const int32_t* l = lengths.data();
+  const size_t n = (size_t)lengths.size();
+  py::list res(n);
+  size_t a = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const size_t k = (size_t)std::max<int32_t>(0, l[j]);
+    if (a + k > (size_t)tokens.size()) throw ValueErr{"lengths add up to more than the tokens given"};
+    PyObject* row = new_ref_or_throw(PyList_New((Py_ssize_t)k));
+    py::object keep = py::reinterpret_steal<py::object>(row);
+    for (size_t i = 0; i < k; ++i) PyList_SET_ITEM(row, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(t[a + i])));
+    res[j] = keep;
+    a += k;
+  }
+  return res;
+}
 
 struct BatchOut {
   std::vector<int32_t> toks, parents;
@@ -312,6 +502,13 @@ PYBIND11_MODULE(_suffix_native, m) {
       },
       py::arg("children"),
       "Tests only: nodes with more children than this keep a cached top list (default 24). Returns the old value.");
+
+  m.def("engine_rows", &engine_rows, py::arg("tokens"), py::arg("lengths"), py::arg("num_rows"),
+        py::arg("rows"), py::arg("caps"), py::arg("vocab_size"),
+        "Drafts as one list per batch row (rows not given get []), after checking lengths against caps "
+        "and token ids against the vocabulary (ValueError otherwise).");
+  m.def("rows_to_lists", &rows_to_lists, py::arg("tokens"), py::arg("lengths"),
+        "Split concatenated drafts into one list of ints per row (the form vLLM takes).");
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -489,6 +686,109 @@ PYBIND11_MODULE(_suffix_native, m) {
            },
            py::arg("handles"), py::arg("token_lists"), py::arg("budgets"), py::arg("tree") = false,
            "extend then draft for each request, in one call (GIL released).")
+      .def("step", &run_step, py::arg("handles"), py::arg("token_ids"), py::arg("num_tokens"),
+           py::arg("num_prompt_tokens"), py::arg("caps"), py::arg("rows") = py::none(),
+           py::arg("token_offsets") = py::none(), py::arg("num_accepted") = py::none(),
+           py::arg("num_emitted") = py::none(), py::arg("finished") = py::none(), py::arg("aborted") = py::none(),
+           py::arg("vocab_size") = 0, py::arg("tree") = false, py::arg("max_len") = -1,
+           "One engine step over flat arrays (see SpecDrafter.step): finish/abort, sync every row, draft, "
+           "size the drafts with the controller. Returns (tokens int32[sum], lengths int32[rows], "
+           "(started, finished, aborted, accepted, drafts, drafted_tokens)). GIL released.")
+      .def("set_controller",
+           [](PyCore& s, py::handle curve, double cost_prior, double calibration_prior, double request_prior,
+              double request_decay, double idle_decay, double min_gain) {
+             std::vector<std::pair<double, double>> pts;
+             for (py::handle p : curve) {
+               py::sequence q = py::reinterpret_borrow<py::sequence>(p);
+               pts.emplace_back(q[0].cast<double>(), q[1].cast<double>());
+             }
+             if (pts.size() < 2) throw ValueErr{"cost curve needs at least 2 points"};
+             ControllerParams prm{calibration_prior, request_prior, request_decay, idle_decay, min_gain};
+             Lock lk(s.mu);
+             s.ctl = std::make_unique<DraftLengthController>(CostModel(pts, cost_prior), prm);
+           },
+           py::arg("curve"), py::arg("cost_prior") = 4.0, py::arg("calibration_prior") = 8.0,
+           py::arg("request_prior") = 1.0, py::arg("request_decay") = 0.9, py::arg("idle_decay") = 0.9,
+           py::arg("min_gain") = 0.1, "Attach the native draft-length controller (twin of DraftLengthController).")
+      .def("ctl_observe",
+           [](PyCore& s, int64_t h, int64_t n) {
+             Lock lk(s.mu);
+             controller_of(s).observe(h, n);
+           })
+      .def("ctl_forget",
+           [](PyCore& s, int64_t h) {
+             Lock lk(s.mu);
+             controller_of(s).forget(h);
+           })
+      .def("ctl_sent",
+           [](PyCore& s, int64_t h, py::handle probs) {
+             std::vector<double> p = doubles_of(probs);
+             Lock lk(s.mu);
+             controller_of(s).sent(h, p.data(), p.size());
+           })
+      .def("ctl_choose",
+           [](PyCore& s, py::handle keys, py::handle drafts) {
+             std::vector<int64_t> ks = ints_of(keys);
+             std::vector<int32_t> parents;
+             std::vector<double> probs;
+             std::vector<int64_t> off{0};
+             for (py::handle d : drafts) {
+               py::sequence q = py::reinterpret_borrow<py::sequence>(d);
+               std::vector<int32_t> pa = int32s_of(q[0]);
+               std::vector<double> pr = doubles_of(q[1]);
+               if (pa.size() != pr.size()) throw ValueErr{"parents and probs differ in length"};
+               parents.insert(parents.end(), pa.begin(), pa.end());
+               probs.insert(probs.end(), pr.begin(), pr.end());
+               off.push_back((int64_t)parents.size());
+             }
+             if (off.size() != ks.size() + 1) throw ValueErr{"one draft per key is needed"};
+             std::vector<int64_t> counts(ks.size());
+             {
+               Lock lk(s.mu);
+               controller_of(s).choose(ks.data(), ks.size(), parents.data(), probs.data(), off.data(), counts.data());
+             }
+             py::list res(counts.size());
+             for (size_t i = 0; i < counts.size(); ++i) res[i] = py::int_(counts[i]);
+             return res;
+           })
+      .def("ctl_path_gains",
+           [](PyCore& s, int64_t h, py::handle parents, py::handle probs) {
+             std::vector<int32_t> pa = int32s_of(parents);
+             std::vector<double> pr = doubles_of(probs);
+             std::vector<double> out;
+             Lock lk(s.mu);
+             controller_of(s).path_gains(h, pa.data(), pr.data(), std::min(pa.size(), pr.size()), out);
+             py::list res(out.size());
+             for (size_t i = 0; i < out.size(); ++i) res[i] = py::float_(out[i]);
+             return res;
+           })
+      .def("ctl_calibrated",
+           [](PyCore& s, double p) {
+             Lock lk(s.mu);
+             return controller_of(s).calibrated(p);
+           })
+      .def("ctl_request_factor",
+           [](PyCore& s, int64_t h) {
+             Lock lk(s.mu);
+             return controller_of(s).request_factor(h);
+           })
+      .def("ctl_cost",
+           [](PyCore& s, double tokens) {
+             Lock lk(s.mu);
+             return controller_of(s).cost_model().cost(tokens);
+           })
+      .def("ctl_cost_observe",
+           [](PyCore& s, int64_t tokens, double seconds) {
+             Lock lk(s.mu);
+             controller_of(s).cost_model().observe(tokens, seconds);
+           })
+      .def("ctl_chosen_lengths",
+           [](PyCore& s) {
+             Lock lk(s.mu);
+             py::dict d;
+             for (const auto& kv : controller_of(s).chosen_lengths()) d[py::int_(kv.first)] = kv.second;
+             return d;
+           })
       .def("num_requests",
            [](PyCore& s) {
              Lock lk(s.mu);

@@ -1,0 +1,142 @@
+"""vLLM's ``custom_class`` step as one ``SpecDrafter.step`` call.
+
+``VllmStep`` collects what the runner hooks report between two ``propose`` calls (requests that
+ended, the start of the step) and turns each ``propose`` call into the drafter's step arguments:
+flat arrays read straight from vLLM's batch (its ``token_ids_cpu`` buffer is handed over as is),
+then the drafter's flat answer back into vLLM's ``list[list[int]]`` in the runner's row order.
+Every fact that depends on the vLLM version comes from the version adapter module it is given
+(``specdraft.adapters.vllm_adapter()``): the ``propose`` signature, how request identity and
+accepted counts are read from the runner, the per-row cap rule.
+"""
+
+from __future__ import annotations
+
+import time
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+# The engine may hold request state the drafter missed a finish event for; every this many steps
+# the drafter drops requests the runner no longer holds.
+RETAIN_EVERY = 64
+
+
+class _Speculates(dict):
+    """req_id -> whether the request speculates, decided once per request (per-request opt-out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.view: Any = None
+
+    def __missing__(self, req_id):
+        value = self[req_id] = self.view.request_speculates(req_id)
+        return value
+
+
+class VllmStep:
+    def __init__(self, adapter: ModuleType, drafter: Any, num_speculative_tokens: int,
+                 max_model_len: int, vocab_size: int):
+        self.adapter = adapter
+        self.drafter = drafter
+        self.num_speculative_tokens = num_speculative_tokens
+        self.max_model_len = max_model_len
+        self.vocab_size = vocab_size
+        self.view: Any = None                       # StepView while vLLM is inside propose
+        self.finished: list[str] = []
+        self.aborted: list[str] = []
+        self.step_started: tuple[int, float] | None = None
+        self.speculates = _Speculates()
+        self.steps = 0
+
+    # -- runner hooks ------------------------------------------------------------------------------
+    def step_begin(self, begin: Any) -> None:
+        for req_id, aborted in begin.finished:
+            (self.aborted if aborted else self.finished).append(req_id)
+            self.speculates.pop(req_id, None)
+        self.step_started = (begin.num_scheduled_tokens, begin.started_at)
+
+    def bind(self, view: Any) -> None:
+        self.view = view
+
+    def forget_events(self) -> None:
+        """After a failure: the drafter's state is rebuilt from the engine's history."""
+        self.finished.clear()
+        self.aborted.clear()
+        self.speculates.clear()
+
+    # -- the step ----------------------------------------------------------------------------------
+    def rows(self, sampled_token_ids, num_tokens_no_spec):
+        """The adapter's view of this step; None for stateless rows (no request ids)."""
+        view = self.view
+        if view is None:
+            return None
+        self.speculates.view = view
+        return view.step_rows(sampled_token_ids, num_tokens_no_spec, self.num_speculative_tokens,
+                              self.max_model_len, self.speculates)
+
+    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> tuple[list[list[int]], Any, bool]:
+        """(drafts for vLLM, the drafter's StepDrafts, tracked) for one propose call."""
+        self.steps += 1
+        tracked = self.view is not None
+        if tracked:
+            step = self.rows(sampled_token_ids, num_tokens_no_spec)
+            if self.step_started is not None:
+                num_tokens, started_at = self.step_started
+                self.step_started = None
+                self.drafter.report_step(num_tokens, time.perf_counter() - started_at)
+            finished, aborted = self.finished, self.aborted
+            self.finished, self.aborted = [], []
+            if self.steps % RETAIN_EVERY == 0:
+                live = self.view.live_req_ids()
+                aborted = aborted + [r for r in self.drafter.req_ids() if r not in live]
+        else:
+            step = self.adapter.stateless_rows(sampled_token_ids, num_tokens_no_spec,
+                                               self.num_speculative_tokens, self.max_model_len)
+            finished, aborted = [], []
+        try:
+            out = self.drafter.step(
+                step.req_ids, token_ids_cpu, step.num_tokens, step.num_prompt_tokens, step.caps,
+                rows=step.rows, num_accepted=step.num_accepted, num_emitted=step.num_emitted,
+                finished=finished, aborted=aborted, max_len=step.max_len)
+        finally:
+            if not tracked and step.req_ids:  # forget the throwaway requests
+                self.drafter.step([], token_ids_cpu, [], [], [], aborted=step.req_ids)
+        return self.engine_drafts(out, step), out, tracked
+
+    def engine_drafts(self, out: Any, step: Any) -> list[list[int]]:
+        """The drafter's answer as vLLM takes it, after checks that keep a bad draft away from
+        the engine (more tokens than allowed, ids outside the vocabulary)."""
+        caps = step.caps
+        if isinstance(caps, int):
+            caps = [caps] * len(step.req_ids)
+        return engine_rows(out.tokens, out.lengths, step.num_rows, step.rows, caps,
+                           self.vocab_size)
+
+
+def _engine_rows(tokens, lengths, num_rows, rows, caps, vocab_size) -> list[list[int]]:
+    """Plain-Python ``engine_rows`` (when the native extension is not built)."""
+    caps = np.maximum(np.asarray(caps, dtype=np.int64), 0)
+    if lengths.shape != caps.shape or (lengths < 0).any() or (lengths > caps).any():
+        raise ValueError(f"drafter returned drafts longer than allowed: lengths "
+                         f"{lengths.tolist()}, caps {caps.tolist()}")
+    if int(lengths.sum()) != tokens.shape[0]:
+        raise ValueError(f"drafter returned {tokens.shape[0]} tokens for lengths adding up to "
+                         f"{int(lengths.sum())}")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"drafter proposed a token outside the vocabulary (0..{vocab_size - 1})")
+    flat = tokens.tolist()
+    ends = np.cumsum(lengths).tolist()
+    drafts = [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+    if rows is None:
+        return drafts
+    full: list[list[int]] = [[] for _ in range(num_rows)]
+    for i, d in zip(rows, drafts):
+        full[i] = d
+    return full
+
+
+try:
+    from specdraft.proposers._suffix_native import engine_rows
+except ImportError:  # pragma: no cover - the extension is part of the package
+    engine_rows = _engine_rows

@@ -1,0 +1,219 @@
+// Adaptive draft length: native twin of proposers/controller.py (CostModel, DraftLengthController).
+//
+// The Python module is the specification (the model, calibration and cost curve are explained
+// there); tests/test_step_twin.py checks that both choose the same lengths on random inputs.
+// Every arithmetic step is written in the Python file's order, so results agree to the bit.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace specdraft {
+
+constexpr int kNumBins = 20;
+constexpr double kMaxProb = 0.995;
+
+// Relative cost of one verification pass by tokens scored, corrected online by step timings.
+class CostModel {
+ public:
+  CostModel(std::vector<std::pair<double, double>> points, double prior) : prior_(prior) {
+    std::sort(points.begin(), points.end());
+    for (const auto& p : points) {
+      tokens_.push_back(p.first);
+      costs_.push_back(p.second);
+    }
+  }
+
+  double base_cost(double tokens) const {
+    if (tokens <= tokens_[0]) return costs_[0];
+    size_t i = (size_t)(std::lower_bound(tokens_.begin(), tokens_.end(), tokens) - tokens_.begin());
+    if (i == tokens_.size()) i = tokens_.size() - 1;  // extrapolate the last segment
+    const double t0 = tokens_[i - 1], t1 = tokens_[i], c0 = costs_[i - 1], c1 = costs_[i];
+    return c0 + (c1 - c0) * (tokens - t0) / (t1 - t0);
+  }
+
+  double cost(double tokens) const {
+    return base_cost(tokens) * factor(bucket(tokens)) + 0.002 * (tokens - 1);
+  }
+
+  void observe(int64_t tokens, double seconds) {
+    if (tokens <= 0 || seconds <= 0) return;
+    Observed& o = observed_[bucket((double)tokens)];
+    o.ratio_sum = 0.9 * o.ratio_sum + seconds / base_cost((double)tokens);
+    o.count = 0.9 * o.count + 1.0;
+  }
+
+ private:
+  struct Observed {
+    double ratio_sum = 0.0;  // decayed sum of observed / predicted
+    double count = 0.0;      // decayed number of observations
+  };
+
+  static int bucket(double tokens) { return (int)std::log2(std::max(1.0, tokens)); }
+
+  // observed / predicted cost in `b`, relative to the lowest bucket observed
+  double factor(int b) const {
+    auto it = observed_.find(b);
+    if (it == observed_.end()) return 1.0;
+    const Observed& ref = observed_.begin()->second;
+    const Observed& o = it->second;
+    const double rel = (o.ratio_sum / o.count) / (ref.ratio_sum / ref.count);
+    const double w = o.count / (o.count + prior_);
+    return 1.0 + w * (rel - 1.0);
+  }
+
+  std::vector<double> tokens_, costs_;
+  double prior_;
+  std::map<int, Observed> observed_;  // ordered: the reference is the lowest bucket
+};
+
+struct ControllerParams {
+  double calibration_prior = 8.0;
+  double request_prior = 1.0;
+  double request_decay = 0.9;
+  double idle_decay = 0.9;
+  double min_gain = 0.1;
+};
+
+class DraftLengthController {
+ public:
+  DraftLengthController(CostModel cost_model, ControllerParams params)
+      : cost_model_(std::move(cost_model)), params_(params) {
+    for (int b = 0; b < kNumBins; ++b) calibrated_[b] = (b + 0.5) / kNumBins;
+  }
+
+  CostModel& cost_model() { return cost_model_; }
+  const std::map<int64_t, int64_t>& chosen_lengths() const { return chosen_lengths_; }
+
+  static int bin(double p) {
+    const double x = p * kNumBins;
+    if (!(x < kNumBins - 1)) return kNumBins - 1;
+    if (x < 1.0) return 0;
+    return (int)x;
+  }
+
+  double calibrated(double p) const { return calibrated_[bin(p)]; }
+
+  double request_factor(int64_t key) const {
+    auto it = requests_.find(key);
+    if (it == requests_.end()) return 1.0;
+    return (it->second.accepted + params_.request_prior) / (it->second.expected + params_.request_prior);
+  }
+
+  void forget(int64_t key) { requests_.erase(key); }
+
+  // The target accepted `num_accepted` tokens of the draft last sent for `key`.
+  void observe(int64_t key, int64_t num_accepted) {
+    auto it = requests_.find(key);
+    if (it == requests_.end() || !it->second.has_sent) return;
+    Evidence& ev = it->second;
+    ev.has_sent = false;
+    const int64_t n = (int64_t)ev.sent_probs.size();
+    const int64_t a = std::max<int64_t>(0, std::min<int64_t>(num_accepted, n));
+    double expected = 0.0;
+    for (int64_t i = 0; i < std::min<int64_t>(a + 1, n); ++i) {
+      const int b = bin(ev.sent_probs[(size_t)i]);
+      update_bin(b, i < a);
+      expected += calibrated_[b];
+    }
+    const double d = params_.request_decay;
+    ev.accepted = d * ev.accepted + (double)a;
+    ev.expected = d * ev.expected + expected;
+  }
+
+  // Calibrated path acceptance probability of each node, made non-increasing.
+  void path_gains(int64_t key, const int32_t* parents, const double* probs, size_t n,
+                  std::vector<double>& out) const {
+    const double f = request_factor(key);
+    out.clear();
+    double run = 1.0;
+    for (size_t i = 0; i < n; ++i) {
+      const int b = (int)(probs[i] * kNumBins);
+      double q = calibrated_[b < kNumBins ? b : kNumBins - 1] * f;
+      if (q > kMaxProb) q = kMaxProb;
+      const int32_t par = parents[i];
+      const double g = par >= 0 ? q * out[(size_t)par] : q;
+      if (g < run) run = g;
+      out.push_back(run);
+    }
+  }
+
+  // Number of nodes to keep from each of `num` drafts: draft r has nodes
+  // [offsets[r], offsets[r + 1]) of parents/probs (node order, parents local to the draft).
+  void choose(const int64_t* keys, size_t num, const int32_t* parents, const double* probs,
+              const int64_t* offsets, int64_t* counts) {
+    gains_.clear();
+    for (size_t r = 0; r < num; ++r) {
+      const int64_t a = offsets[r], b = offsets[r + 1];
+      path_gains(keys[r], parents + a, probs + a, (size_t)(b - a), scratch_);
+      for (double g : scratch_) {
+        if (g < params_.min_gain) break;  // the rest are below the floor too
+        gains_.emplace_back(-g, (int64_t)r);
+      }
+    }
+    std::sort(gains_.begin(), gains_.end());
+    const int64_t B = (int64_t)num;
+    size_t best_j = 0;
+    double best_ratio = B ? (double)B / cost_model_.cost((double)B) : 0.0;
+    double numer = (double)B;
+    for (size_t j = 1; j <= gains_.size(); ++j) {
+      numer -= gains_[j - 1].first;
+      const double ratio = numer / cost_model_.cost((double)(B + (int64_t)j));
+      if (ratio > best_ratio) {
+        best_j = j;
+        best_ratio = ratio;
+      }
+    }
+    std::fill(counts, counts + num, 0);
+    for (size_t j = 0; j < best_j; ++j) counts[gains_[j].second] += 1;
+    for (size_t r = 0; r < num; ++r) {
+      chosen_lengths_[counts[r]] += 1;
+      if (counts[r] == 0) {
+        auto it = requests_.find(keys[r]);
+        if (it != requests_.end()) {
+          it->second.accepted *= params_.idle_decay;
+          it->second.expected *= params_.idle_decay;
+        }
+      }
+    }
+  }
+
+  // Record the raw probabilities of the chain actually sent (for observe).
+  void sent(int64_t key, const double* probs, size_t n) {
+    Evidence& ev = requests_[key];
+    ev.sent_probs.assign(probs, probs + n);
+    ev.has_sent = n > 0;
+  }
+
+ private:
+  struct Evidence {
+    double accepted = 0.0;
+    double expected = 0.0;
+    std::vector<double> sent_probs;
+    bool has_sent = false;  // Python: sent_probs is not None
+  };
+
+  void update_bin(int b, bool accepted) {
+    bin_n_[b] += 1.0;
+    if (accepted) bin_acc_[b] += 1.0;
+    const double prior = params_.calibration_prior;
+    calibrated_[b] = (bin_acc_[b] + prior * (b + 0.5) / kNumBins) / (bin_n_[b] + prior);
+  }
+
+  CostModel cost_model_;
+  ControllerParams params_;
+  double bin_acc_[kNumBins] = {};
+  double bin_n_[kNumBins] = {};
+  double calibrated_[kNumBins];
+  std::unordered_map<int64_t, Evidence> requests_;
+  std::map<int64_t, int64_t> chosen_lengths_;
+  std::vector<std::pair<double, int64_t>> gains_;
+  std::vector<double> scratch_;
+};
+
+}  // namespace specdraft

@@ -1,0 +1,295 @@
+"""The engine step (``SpecDrafter.step``) and the draft-length controller: native against Python.
+
+The native step (proposers/native/step.h) and controller (proposers/native/controller.h) have
+plain-Python twins (``SpecDrafter._step_python``, proposers/controller.py) that are their
+specification. Random engine runs drive both with the same flat arrays: requests arrive, emit
+tokens, are accepted or not, are reordered, preempted, finished, aborted and restarted (their
+history shrinks), with small global caches so eviction happens; every step both must return the
+same drafts and the same chosen lengths, and the same counters at the end. The controller alone
+is compared the same way on random drafts, acceptances and step timings. The step is also
+checked against the per-request API it replaces (start/extend/draft_batch/finish/abort).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdraft.adapters.request_sync import RequestSync, Row
+from specdraft.proposers import make_drafter
+from specdraft.proposers.controller import CURVES, CostModel, DraftLengthController
+
+# The native extension is part of what specdraft ships: its absence is a failure, not a skip.
+from specdraft.proposers import _suffix_native as native  # noqa: E402
+
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# ------------------------------------------------------------------------ controller alone
+def _random_tree(rng: random.Random, n: int, chain: bool) -> tuple[list[int], list[float]]:
+    parents = [i - 1 if chain else rng.randrange(-1, i) for i in range(n)]
+    probs = [rng.choice([0.0, 1.0, 0.5, 0.05, 0.995, rng.random()]) for _ in range(n)]
+    return parents, probs
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32 - 1), curve=st.sampled_from(sorted(CURVES) + ["custom"]),
+       min_gain=st.sampled_from([0.0, 0.1, 0.4]), chain=st.booleans())
+def test_native_controller_chooses_what_the_python_controller_chooses(seed, curve, min_gain, chain):
+    rng = random.Random(seed)
+    points = ([(1, 1.0), (3, 1.2), (40, 2.5), (100, 9.0)] if curve == "custom"
+              else CURVES[curve])
+    py = DraftLengthController(CostModel(points), calibration_prior=rng.choice([1.0, 8.0]),
+                               request_prior=1.0, request_decay=0.9, idle_decay=0.8,
+                               min_gain=min_gain)
+    core = native.SuffixCore(max_depth=4)
+    core.set_controller([(float(t), float(c)) for t, c in points], 4.0, py.calibration_prior,
+                        1.0, 0.9, 0.8, min_gain)
+    keys = list(range(6))
+    for _ in range(40):
+        op = rng.random()
+        if op < 0.5:
+            batch = rng.sample(keys, rng.randint(0, len(keys)))
+            drafts = [_random_tree(rng, rng.randint(0, 12), chain) for _ in batch]
+            want = py.choose(batch, drafts)
+            assert core.ctl_choose(batch, drafts) == want
+            for k, (parents, probs), n in zip(batch, drafts, want):
+                sent = probs[:n]
+                py.sent(k, sent)
+                core.ctl_sent(k, sent)
+        elif op < 0.8:
+            k, a = rng.choice(keys), rng.randint(-1, 14)
+            py.observe(k, a)
+            core.ctl_observe(k, a)
+        elif op < 0.9:
+            t, s = rng.randint(0, 300), rng.choice([0.0, rng.random(), 10 * rng.random()])
+            py.cost_model.observe(t, s)
+            core.ctl_cost_observe(t, s)
+        else:
+            k = rng.choice(keys)
+            py.forget(k)
+            core.ctl_forget(k)
+        for k in keys:
+            assert core.ctl_request_factor(k) == py.request_factor(k)
+        for t in (1, 2, 7, 16, 33, 128, 500):
+            assert core.ctl_cost(t) == py.cost_model.cost(t)
+        for p in (0.0, 0.049, 0.05, 0.5, 0.95, 0.999, 1.0):
+            assert core.ctl_calibrated(p) == py.calibrated(p)
+        parents, probs = _random_tree(rng, 8, chain)
+        k = rng.choice(keys)
+        assert core.ctl_path_gains(k, parents, probs) == py.path_gains(k, parents, probs)
+    assert core.ctl_chosen_lengths() == py.chosen_lengths
+
+
+# ----------------------------------------------------------------------- engine simulation
+def _stream(rng: random.Random, n: int, vocab: int) -> list[int]:
+    out: list[int] = []
+    while len(out) < n:
+        if out and rng.random() < 0.35:
+            a = rng.randrange(len(out))
+            out.extend(out[a:a + rng.randint(1, 10)])
+        elif out and rng.random() < 0.5:
+            out.append((out[-1] * 5 + 1) % vocab)
+        else:
+            out.append(rng.randrange(vocab))
+    return out[:n]
+
+
+class Engine:
+    """A toy engine's batch state, as an adapter would describe it to ``SpecDrafter.step``."""
+
+    def __init__(self, rng: random.Random, vocab: int, max_len: int = 160):
+        self.rng, self.vocab, self.max_len = rng, vocab, max_len
+        self.next_id = 0
+        self.live: dict[str, dict] = {}   # req_id -> {"tokens", "prompt", "n"}
+        self.ended: list[str] = []
+        self.dropped: list[str] = []
+        self.shared = _stream(rng, 200, vocab)  # text every request may quote
+
+    def admit(self) -> None:
+        rid = f"r{self.next_id}"
+        self.next_id += 1
+        r = self.rng
+        prompt = self.shared[r.randrange(150):][:r.randint(1, 30)] + _stream(r, r.randint(0, 20), self.vocab)
+        full = prompt + _stream(r, self.max_len, self.vocab)
+        for _ in range(r.randint(0, 3)):  # the answer quotes shared text
+            a = r.randrange(len(prompt), len(full) - 1)
+            q = self.shared[r.randrange(180):][:r.randint(3, 20)]
+            full[a:a + len(q)] = q
+        self.live[rid] = {"tokens": full[:self.max_len], "prompt": len(prompt), "n": len(prompt)}
+
+    def step_input(self, layout: str, budget: int):
+        r = self.rng
+        while len(self.live) < 2 or (len(self.live) < 7 and r.random() < 0.3):
+            self.admit()
+        ids = [i for i in self.live if r.random() < 0.85]  # the rest are preempted this step
+        r.shuffle(ids)                                       # rows are reordered between steps
+        emitted, accepted = [], []
+        for rid in ids:
+            q = self.live[rid]
+            if r.random() < 0.05 and q["n"] > q["prompt"] + 2:  # history discarded: restart
+                q["n"] = r.randint(q["prompt"], q["n"] - 1)
+                emitted.append(-1)
+                accepted.append(-1)
+                continue
+            k = r.randint(1, budget + 1)
+            q["n"] = min(self.max_len - 1, q["n"] + k)
+            emitted.append(k if r.random() < 0.9 else -1)
+            accepted.append(r.choice([-1, k - 1, r.randint(0, budget)]))
+        n = np.array([self.live[i]["n"] for i in ids], dtype=np.int64)
+        caps = np.array([r.choice([budget, budget, r.randint(-1, budget)]) for _ in ids])
+        if r.random() < 0.3:
+            caps = budget  # one cap for every row
+        kw = dict(num_accepted=np.array(accepted), num_emitted=emitted,
+                  finished=list(self.ended), aborted=list(self.dropped),
+                  max_len=r.choice([None, self.max_len - 1, self.max_len - 3]))
+        self.ended, self.dropped = [], []
+        if layout == "buffer":
+            rows = list(range(len(ids)))
+            r.shuffle(rows)
+            buf = np.zeros((max(len(ids), 1) + 1, self.max_len), dtype=np.int32)
+            for j, rid in zip(rows, ids):
+                q = self.live[rid]
+                buf[j, :q["n"]] = q["tokens"][:q["n"]]
+            kw["rows"] = np.array(rows)
+            tokens = buf
+        else:  # flat: each row gives the whole history, or only its tail when that is enough
+            parts, off = [], [0]
+            for rid, nn in zip(ids, n.tolist()):
+                q = self.live[rid]
+                seen = q.get("seen")  # what the drafter holds (None: nothing, or restarting)
+                tail = r.choice([nn, nn - seen]) if seen is not None and seen <= nn else nn
+                parts.extend(q["tokens"][nn - tail:nn])
+                off.append(len(parts))
+            tokens = np.array(parts, dtype=np.int64)
+            kw["token_offsets"] = np.array(off)
+        prompts = np.array([self.live[i]["prompt"] for i in ids])
+        return ids, tokens, n, prompts, caps, kw
+
+    def after_step(self, ids) -> None:
+        for rid in ids:
+            self.live[rid]["seen"] = self.live[rid]["n"]
+        for rid in list(self.live):
+            q = self.live[rid]
+            u = self.rng.random()
+            if q["n"] >= self.max_len - 1 or u < 0.06:
+                del self.live[rid]
+                self.ended.append(rid)
+            elif u < 0.09:
+                del self.live[rid]
+                self.dropped.append(rid)
+                q.pop("seen", None)
+
+
+def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool):
+    opts = {"strategy": strategy, "global_cache_tokens": cache, "max_depth": 6,
+            "adaptive": adaptive, "cost_model": "cpu-fp32", "min_gain": 0.05}
+    nat = make_drafter({**opts, "native": True}, chain_only=True, vocab_size=vocab)
+    py = make_drafter({**opts, "native": False}, chain_only=True, vocab_size=vocab)
+    assert nat.native and not py.native
+    return nat, py
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32 - 1), strategy=st.sampled_from(["suffix", "tree"]),
+       cache=st.sampled_from([0, 60, 400, 100_000]), layout=st.sampled_from(["buffer", "flat"]),
+       adaptive=st.booleans(), budget=st.integers(1, 10))
+def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive, budget):
+    rng = random.Random(seed)
+    vocab = rng.choice([4, 9, 30])
+    nat, py = _drafters(strategy, cache, vocab, adaptive)
+    engine = Engine(rng, vocab)
+    for step in range(25):
+        ids, tokens, n, prompts, caps, kw = engine.step_input(layout, budget)
+        got = nat.step(ids, tokens, n, prompts, caps, **kw)
+        want = py.step(ids, tokens, n, prompts, caps, **kw)
+        assert got.lengths.tolist() == want.lengths.tolist(), step
+        assert got.tokens.tolist() == want.tokens.tolist(), step
+        assert (got.lengths <= np.maximum(caps, 0)).all()
+        if kw["max_len"] is not None:
+            assert (got.lengths <= np.maximum(kw["max_len"] - n, 0)).all()
+        assert got.rows() == want.rows()
+        if rng.random() < 0.3:
+            t, s = rng.randint(1, 80), rng.random()
+            nat.report_step(t, s)
+            py.report_step(t, s)
+        engine.after_step(ids)
+    for field in ("requests", "finished", "aborted", "drafts", "drafted_tokens", "accepted_tokens"):
+        assert getattr(nat.stats, field) == getattr(py.stats, field), field
+    assert nat.metrics()["chosen_draft_lengths"] == py.metrics()["chosen_draft_lengths"]
+    assert sorted(nat.req_ids()) == sorted(py.req_ids())
+    nat.core.check_requests()
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), strategy=st.sampled_from(["suffix", "lookup", "tree"]),
+       native_core=st.booleans())
+def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core):
+    """Same events through start/extend/draft_batch/finish (RequestSync) and through step."""
+    rng = random.Random(seed)
+    vocab, budget = 12, 6
+    opts = {"strategy": strategy, "global_cache_tokens": 500, "max_depth": 6,
+            "native": native_core and strategy != "lookup"}
+    a = make_drafter(opts, chain_only=True, vocab_size=vocab)
+    b = make_drafter(opts, chain_only=True, vocab_size=vocab)
+    sync = RequestSync(a)
+    engine = Engine(rng, vocab)
+    for _ in range(20):
+        ids, tokens, n, prompts, caps, kw = engine.step_input("buffer", budget)
+        caps = budget
+        kw["max_len"] = None
+        rows = kw["rows"]
+        for rid in kw["finished"]:
+            sync.drop(rid, aborted=False)
+        for rid in kw["aborted"]:
+            sync.drop(rid, aborted=True)
+        e, acc = np.array(kw["num_emitted"]), kw["num_accepted"]
+        use = (acc >= 0) & (e >= 0)
+        for j, rid in enumerate(ids):
+            sync.sync(Row(rid, tokens[rows[j]], int(prompts[j]), int(n[j]),
+                          num_drafted=budget if use[j] else 0, num_emitted=int(e[j])))
+        # RequestSync derives the accepted count from what was emitted; step is given it
+        kw["num_accepted"] = np.where(use, np.clip(e - 1, 0, budget), -1)
+        trees = a.draft_batch(ids, budget)
+        got = b.step(ids, tokens, n, prompts, caps, **kw)
+        assert got.rows() == [t.token_ids for t in trees]
+        engine.after_step(ids)
+    assert a.stats.accepted_tokens == b.stats.accepted_tokens
+    assert a.stats.finished == b.stats.finished
+
+
+# ------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("native_core", [True, False])
+def test_step_errors_name_the_row(native_core):
+    d = make_drafter({"native": native_core}, chain_only=True, vocab_size=10)
+    buf = np.array([[1, 2, 3, 4, 0], [1, 2, 12, 4, 0]], dtype=np.int32)
+    with pytest.raises(ValueError, match=r"row 1 .*token id 12 out of range; accepted 0 <= id < 10"):
+        d.step(["a", "b"], buf, [4, 4], [2, 2], [3, 3])
+    d = make_drafter({"native": native_core}, chain_only=True, vocab_size=10)
+    # a tail that does not reach back to what a new request needs (its prompt)
+    with pytest.raises(ValueError, match=r"row 0 .*needs the history from position 0 but the "
+                                         r"row's tokens start at position 2"):
+        d.step(["a"], np.array([3, 4]), [4], [2], [3], token_offsets=[0, 2])
+    with pytest.raises(ValueError, match=r"caps must have one entry per row \(1\), got 2"):
+        d.step(["a"], buf, [4], [2], [3, 3])
+    with pytest.raises(ValueError, match=r"token_ids must be an \(N, L\) array"):
+        d.step(["a"], np.array([1, 2, 3]), [3], [2], [3])
+
+
+def test_step_finishes_feed_the_global_cache_and_unknown_ids_are_ignored():
+    d = make_drafter({"native": True}, chain_only=True, vocab_size=50)
+    buf = np.zeros((1, 40), dtype=np.int32)
+    answer = [7, 8, 9, 10, 11, 12, 13, 14]
+    buf[0, :10] = [1, 2] + answer
+    d.step(["a"], buf, [10], [2], [0])
+    out = d.step([], buf[:0], [], [], [], finished=["a", "never-seen"])
+    assert out.lengths.shape == (0,) and d.stats.finished == 1 and not d.has("a")
+    buf[0, :4] = [3, 7, 8, 9]                    # a new request quoting the finished answer
+    out = d.step(["b"], buf, [4], [1], [5])
+    row = out.rows()[0]
+    assert row and row == [10, 11, 12, 13, 14][:len(row)]
