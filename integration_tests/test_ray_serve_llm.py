@@ -8,6 +8,7 @@ shared cache's actor is killed mid-run.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -40,6 +41,9 @@ def _free_port() -> int:
 def serve_cluster():
     from ray import serve
 
+    # Ray kills workers when the whole machine is short of memory, whoever holds it; these
+    # tests' own processes are small, so a busy shared machine must not fail them.
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
     ray.init(num_cpus=2, include_dashboard=False, namespace="specdraft-serve-test",
              log_to_driver=False, _node_ip_address="127.0.0.1")
     port = _free_port()

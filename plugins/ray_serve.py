@@ -35,6 +35,12 @@ class SpecdraftLLMServer(LLMServer):
         return "\n".join(line for line in text.splitlines()
                          if "specdraft:" in line) + "\n"
 
+    async def specdraft_replica_metrics(self) -> tuple[int, str]:
+        """(this replica's process id, its ``specdraft:*`` metrics): tells replicas apart."""
+        import os
+
+        return os.getpid(), await self.specdraft_metrics()
+
     def _shutdown_engine_client(self) -> None:
         client = getattr(getattr(self, "engine", None), "_engine_client", None)
         if client is not None and hasattr(client, "shutdown"):

