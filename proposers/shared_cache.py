@@ -31,7 +31,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from specdraft.proposers.base import SpecdraftConfigError
 
@@ -302,6 +302,8 @@ class SharedCacheDrafter:
         self._tokens: dict[Any, tuple[int, list[int]]] = {}  # req_id -> (prompt length, tokens)
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("drafter", "client"):  # not set yet: __init__ failed
+            raise AttributeError(name)
         return getattr(self.drafter, name)
 
     def start(self, req_id, prompt_token_ids: Sequence[int]) -> None:
@@ -348,6 +350,8 @@ class SharedCacheDrafter:
     def close(self) -> None:
         self.client.close()
 
+    def __del__(self) -> None:  # a drafter rebuilt (e.g. between benchmark rounds) stops its thread
+        client = self.__dict__.get("client")
+        if client is not None:
+            client.close()
 
-def with_shared_cache(drafter: Any, opts: dict | None) -> Any:
-    return drafter if not opts else SharedCacheDrafter(drafter, opts)
