@@ -81,8 +81,9 @@ def main() -> None:
         from specdraft.models import model_path
 
         model = model_path("smollm2-135m")
-    ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=False,
-             include_dashboard=False)
+    address = os.environ.get("RAY_ADDRESS")
+    ray.init(address=address, log_to_driver=False, include_dashboard=False,
+             num_cpus=None if address else len(os.sched_getaffinity(0)))
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     cpus = ray.cluster_resources().get("CPU", 1)
     specdraft = ({"shared_cache": {"name": args.shared_cache, "tokens": args.cache_tokens}}
@@ -93,7 +94,7 @@ def main() -> None:
         engine_kwargs={"dtype": "float32", "enforce_eager": True, "max_model_len": 2048,
                        "max_num_seqs": 8, "kv_cache_memory_bytes": 256 * 2**20, "seed": 0},
         # several replicas on one small machine: split its CPUs between the engines
-        engine_cpus=min(2.0, cpus / args.replicas) if args.replicas > 1 else None,
+        engine_cpus=cpus / args.replicas if args.replicas > 1 else None,
         runtime_env={"env_vars": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}})
     base = f"http://127.0.0.1:{args.port}"
     t0 = time.perf_counter()
