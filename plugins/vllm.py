@@ -262,7 +262,11 @@ class SpecdraftProposer:
 
 # Figures taken from the drafter's metrics(); the rest are counted here, as vLLM saw them.
 _DRAFTER_FIGURES = ("global_cache_tokens", "global_cache_nodes", "global_cache_bytes",
-                    "live_requests", "native")
+                    "live_requests", "native",
+                    # the shared cache's (specdraft.proposers.shared_cache), when it is on
+                    "shared_cache_published_tokens", "shared_cache_pulled_tokens",
+                    "shared_cache_errors", "shared_cache_restarts_seen",
+                    "shared_cache_store_tokens")
 
 
 class LookupProposer(SpecdraftProposer):

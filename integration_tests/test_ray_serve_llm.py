@@ -1,0 +1,149 @@
+"""specdraft in a Ray Serve LLM deployment: one vLLM CPU replica behind Serve's OpenAI ingress.
+
+A local Ray cluster started here; HTTP on 127.0.0.1. The same application without speculation
+gives the reference outputs; then the specdraft deployment, with the shared cache on, must answer
+with the same tokens, export ``specdraft:*`` figures, and keep answering (same tokens) when the
+shared cache's actor is killed mid-run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the [ray] extra is installed by scripts/setup.sh")
+pytest.importorskip("ray.serve.llm")
+httpx = pytest.importorskip("httpx")
+
+from conftest import KV_CACHE_BYTES, MAX_MODEL_LEN  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+STORE = "serve-test-cache"
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "List the planets of the solar system, one per line.",
+    "Repeat this line three times: the quick brown fox jumps over the lazy dog.",
+    "Write a Python function that returns the n-th Fibonacci number.",  # a repeated request
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def serve_cluster():
+    from ray import serve
+
+    # Ray kills workers when the whole machine is short of memory, whoever holds it; these
+    # tests' own processes are small, so a busy shared machine must not fail them.
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
+    ray.init(num_cpus=2, include_dashboard=False, namespace="specdraft-serve-test",
+             log_to_driver=False, _node_ip_address="127.0.0.1")
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield f"http://127.0.0.1:{port}"
+    serve.shutdown()
+    ray.shutdown()
+
+
+def _config(model_path: str, proposer: str | None):
+    from specdraft.plugins.ray_serve import llm_config
+
+    engine = dict(dtype="float32", enforce_eager=True, max_model_len=MAX_MODEL_LEN,
+                  max_num_seqs=4, kv_cache_memory_bytes=KV_CACHE_BYTES, seed=0,
+                  max_num_batched_tokens=256)
+    return llm_config(model_path, model_id="smollm2", proposer=proposer,
+                      specdraft={"shared_cache": {"name": STORE, "tokens": 100_000,
+                                                  "pull_interval_s": 0.1}},
+                      engine_kwargs=engine,
+                      runtime_env={"env_vars": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}})
+
+
+def _chat(base: str, prompt: str) -> list[int]:
+    r = httpx.post(f"{base}/v1/chat/completions", timeout=300, json={
+        "model": "smollm2", "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 64, "temperature": 0.0, "return_token_ids": True})
+    r.raise_for_status()
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"]
+    return choice["token_ids"]
+
+
+def _deploy(base: str, config, name: str):
+    from ray import serve
+
+    from specdraft.plugins.ray_serve import build_app
+
+    serve.run(build_app(config), name=name, route_prefix="/", blocking=False)
+    deadline = time.monotonic() + 600
+    while True:
+        try:
+            if httpx.get(f"{base}/v1/models", timeout=10).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "the Serve application did not come up"
+        time.sleep(1)
+
+
+def _llm_handle(app: str):
+    from ray import serve
+
+    status = serve.status().applications[app]
+    name = next(d for d in status.deployments if "LLM" in d or "smollm2" in d.lower()
+                and "Ingress" not in d)
+    return serve.get_deployment_handle(name, app_name=app)
+
+
+def _figures(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("specdraft:"):
+            name, value = line.rsplit(" ", 1)
+            key = name.split("{")[0]
+            out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cluster,
+                                                                         model_path):
+    from ray import serve
+
+    base = serve_cluster
+    _deploy(base, _config(model_path, None), "plain")
+    reference = [_chat(base, p) for p in PROMPTS]
+    serve.delete("plain")
+
+    _deploy(base, _config(model_path, "SuffixProposer"), "specdraft")
+    handle = _llm_handle("specdraft")
+    first = [_chat(base, p) for p in PROMPTS[:2]]
+    deadline = time.monotonic() + 60
+    while _figures(handle.specdraft_metrics.remote().result()).get(
+            "specdraft:shared_cache_published_tokens_total", 0) == 0:
+        assert time.monotonic() < deadline, "the replica never published to the shared cache"
+        time.sleep(0.5)
+    store = ray.get_actor(STORE, namespace="specdraft")
+    ray.kill(store, no_restart=False)  # mid-run: Ray restarts it, empty
+    rest = [_chat(base, p) for p in PROMPTS[2:]]
+    assert first + rest == reference
+
+    deadline = time.monotonic() + 60
+    while True:
+        figures = _figures(handle.specdraft_metrics.remote().result())
+        if figures.get("specdraft:shared_cache_restarts_seen_total", 0) >= 1:
+            break
+        assert time.monotonic() < deadline, f"cache restart never seen: {figures}"
+        time.sleep(0.5)
+    print("\nreplica figures:", {k: v for k, v in figures.items() if "length" not in k})
+    assert figures["specdraft:proposer_steps_total"] > 0
+    assert figures["specdraft:draft_tokens_total"] > 0
+    assert figures["specdraft:accepted_tokens_total"] > 0
+    assert figures["specdraft:errors_total"] == 0  # the store's loss never reached drafting
+    serve.delete("specdraft")

@@ -1,0 +1,128 @@
+"""specdraft in Ray Serve LLM deployments (``ray.serve.llm`` with vLLM).
+
+``build_app`` returns an OpenAI-compatible Serve application whose vLLM replicas draft with a
+specdraft proposer: ``LLMConfig.engine_kwargs["speculative_config"]`` names the proposer and
+carries specdraft's options (the ``"specdraft"`` key), which Ray Serve passes to vLLM unchanged.
+The same application as YAML for ``serve run`` is ``examples/ray_serve_llm.yaml``.
+
+specdraft must import in every replica's vLLM processes: install it on every node (``pip install
+specdraft``, as the examples assume), or ship it with ``runtime_env`` (``{"py_modules": [...]}``
+or ``{"env_vars": {"PYTHONPATH": ...}}``). vLLM finds the plugin by its entry point, so an
+installed package is the simple way.
+
+``SpecdraftLLMServer`` is Ray's ``LLMServer`` plus two things: it shuts vLLM's engine client down
+with the replica (Ray 2.60's engine shutdown leaves the engine's shared memory behind), and
+``specdraft_metrics()`` returns the replica's ``specdraft:*`` Prometheus lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve.llm import LLMConfig, LLMServer, build_openai_app
+
+__all__ = ["SpecdraftLLMServer", "llm_config", "build_app", "app_builder"]
+
+
+class SpecdraftLLMServer(LLMServer):
+    """Ray Serve's vLLM server, releasing the engine with the replica."""
+
+    async def specdraft_metrics(self) -> str:
+        """The replica's ``specdraft:*`` metrics, Prometheus text format."""
+        from prometheus_client import REGISTRY, generate_latest
+
+        text = generate_latest(REGISTRY).decode()
+        return "\n".join(line for line in text.splitlines()
+                         if "specdraft:" in line) + "\n"
+
+    async def specdraft_replica_metrics(self) -> tuple[int, str]:
+        """(this replica's process id, its ``specdraft:*`` metrics): tells replicas apart."""
+        import os
+
+        return os.getpid(), await self.specdraft_metrics()
+
+    def _shutdown_engine_client(self) -> None:
+        client = getattr(getattr(self, "engine", None), "_engine_client", None)
+        if client is not None and hasattr(client, "shutdown"):
+            try:
+                client.shutdown()
+            except Exception:  # noqa: BLE001 - the replica is going away either way
+                pass
+
+    async def __del__(self) -> None:
+        self._shutdown_engine_client()
+        await super().__del__()
+
+
+def llm_config(model: str, *, model_id: str = "specdraft-model",
+               proposer: str = "SuffixProposer", num_speculative_tokens: int = 8,
+               specdraft: dict | None = None, replicas: int = 1, cpu: bool = True,
+               engine_kwargs: dict | None = None, replica_cpus: float | None = None,
+               engine_cpus: float | None = None, runtime_env: dict | None = None) -> LLMConfig:
+    """An ``LLMConfig`` serving ``model`` with a specdraft proposer (``proposer=None``: plain).
+
+    ``specdraft``: the proposer's options (e.g. ``{"shared_cache": {"name": "app", "tokens":
+    4_000_000}}`` for one suffix cache shared by all replicas). ``cpu``: vLLM's CPU build, Ray's
+    CPU path. ``replica_cpus``/``engine_cpus``: the replica actor's and the engine bundle's CPUs
+    (fractions let several replicas share a small machine).
+    """
+    kwargs = dict(engine_kwargs or {})
+    if proposer is not None:
+        spec = {"method": "custom_class", "model": f"specdraft.plugins.vllm.{proposer}",
+                "num_speculative_tokens": num_speculative_tokens}
+        if specdraft:
+            spec["specdraft"] = dict(specdraft)
+        kwargs["speculative_config"] = spec
+    deployment: dict[str, Any] = {"num_replicas": replicas}
+    if replica_cpus is not None:
+        deployment["ray_actor_options"] = {"num_cpus": replica_cpus}
+    extra: dict[str, Any] = {}
+    if cpu:
+        extra["accelerator_config"] = {"kind": "cpu"}
+    if engine_cpus is not None:
+        extra["placement_group_config"] = {"bundles": [{"CPU": engine_cpus}]}
+    if runtime_env is not None:
+        extra["runtime_env"] = runtime_env
+    return LLMConfig(model_loading_config={"model_id": model_id, "model_source": model},
+                     engine_kwargs=kwargs, deployment_config=deployment,
+                     server_cls=SpecdraftLLMServer, **extra)
+
+
+def build_app(*configs: LLMConfig, ingress_cpus: float | None = 0):
+    """The OpenAI-compatible Serve application (``/v1/chat/completions``, ``/v1/completions``).
+
+    ``ingress_cpus=0``: the HTTP ingress needs no CPU of its own, so it schedules beside replicas
+    whose engines hold every CPU of a small machine.
+    """
+    args: dict[str, Any] = {"llm_configs": list(configs)}
+    if ingress_cpus is not None:
+        args["ingress_deployment_config"] = {"ray_actor_options": {"num_cpus": ingress_cpus}}
+    return build_openai_app(args)
+
+
+def app_builder(args: dict) -> Any:
+    """``serve run specdraft.plugins.ray_serve:app_builder model=PATH [replicas=2] ...``:
+    the builder behind the YAML example and ``serve run``'s command-line arguments."""
+    import json
+
+    def num(key, cast, default):
+        return cast(args[key]) if key in args else default
+
+    specdraft = args.get("specdraft")
+    if isinstance(specdraft, str):
+        specdraft = json.loads(specdraft)
+    if "shared_cache" in args:
+        specdraft = dict(specdraft or {}, shared_cache=(
+            json.loads(args["shared_cache"]) if isinstance(args["shared_cache"], str)
+            else args["shared_cache"]))
+    engine_kwargs = args.get("engine_kwargs") or {}
+    if isinstance(engine_kwargs, str):
+        engine_kwargs = json.loads(engine_kwargs)
+    config = llm_config(
+        args["model"], model_id=args.get("model_id", "specdraft-model"),
+        proposer=args.get("proposer", "SuffixProposer") or None,
+        num_speculative_tokens=num("num_speculative_tokens", int, 8), specdraft=specdraft,
+        replicas=num("replicas", int, 1), cpu=str(args.get("cpu", "true")).lower() == "true",
+        engine_kwargs=engine_kwargs, replica_cpus=num("replica_cpus", float, None),
+        engine_cpus=num("engine_cpus", float, None))
+    return build_app(config, ingress_cpus=num("ingress_cpus", float, 0))
