@@ -296,11 +296,12 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
   in.num_aborted = aborted.size();
   in.vocab_size = vocab_size;
   in.tree = tree;
-  StepOutput& out = self.step_out;
+  StepOutput out;  // a copy taken under the lock: another thread's step may reuse step_out
   {
     py::gil_scoped_release rel;
     Lock lk(self.mu);
-    self.stepper.run(self.core, self.ctl.get(), in, out);
+    self.stepper.run(self.core, self.ctl.get(), in, self.step_out);
+    out = self.step_out;
   }
   py::array_t<int32_t> toks((py::ssize_t)out.tokens.size());
   if (!out.tokens.empty()) std::memcpy(toks.mutable_data(), out.tokens.data(), out.tokens.size() * sizeof(int32_t));
