@@ -15,6 +15,9 @@ from specdraft.proposers.base import SpecdraftConfigError
 
 STRATEGIES = ("suffix", "tree", "lookup")
 COST_MODELS = ("gpu", "cpu-bf16", "cpu-fp32")
+# The native index numbers its nodes with int32 and a cached token takes ~3.5 nodes: 2**29 tokens
+# keep node ids in range (and the Python twin to the same bound).
+MAX_GLOBAL_CACHE_TOKENS = 2**29
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +53,12 @@ class DrafterConfig:
         if isinstance(options.get("corpus_files"), str):
             options["corpus_files"] = [options["corpus_files"]]
         if "corpus_files" in options:
-            options["corpus_files"] = tuple(options["corpus_files"])
+            files = options["corpus_files"]
+            if not isinstance(files, (list, tuple)):
+                raise SpecdraftConfigError(
+                    f"invalid specdraft option corpus_files={files!r}: accepted a list of file "
+                    "paths (.jsonl with token_ids or text, or text files)")
+            options["corpus_files"] = tuple(files)
         cfg = cls(**options)
         cfg.validate()
         return cfg
@@ -76,8 +84,9 @@ class DrafterConfig:
 
         need(self.strategy in STRATEGIES, "strategy", " | ".join(map(repr, STRATEGIES)))
         need(is_int(self.max_depth) and 1 <= self.max_depth <= 64, "max_depth", "an integer in [1, 64]")
-        need(is_int(self.global_cache_tokens) and self.global_cache_tokens >= 0,
-             "global_cache_tokens", "an integer >= 0 (0 turns the global cache off)")
+        need(is_int(self.global_cache_tokens)
+             and 0 <= self.global_cache_tokens <= MAX_GLOBAL_CACHE_TOKENS, "global_cache_tokens",
+             f"an integer in [0, {MAX_GLOBAL_CACHE_TOKENS}] (0 turns the global cache off)")
         need(isinstance(self.cache_prompts, bool), "cache_prompts", "true or false")
         need(all(isinstance(f, str) and f for f in self.corpus_files), "corpus_files",
              "a list of file paths (.jsonl with token_ids or text, or text files)")

@@ -7,9 +7,7 @@ the counters adapters export. One instance per engine worker; every public metho
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from typing import Iterable, Sequence
@@ -17,6 +15,7 @@ from typing import Iterable, Sequence
 from specdraft.proposers.base import DraftTree, DrafterStats, SpecdraftConfigError
 from specdraft.proposers.config import DrafterConfig
 from specdraft.proposers.controller import CostModel, DraftLengthController
+from specdraft.proposers.corpus import read_corpus
 from specdraft.proposers.lookup import PromptLookupCore
 from specdraft.proposers.suffix_core import SuffixCore
 
@@ -44,47 +43,6 @@ def make_core(cfg: DrafterConfig):
                                    "specdraft.proposers._suffix_native is not built; accepted: "
                                    "'auto' or false, or reinstall specdraft with a C++ compiler")
     return (cls or SuffixCore)(**kwargs)
-
-
-def read_corpus(path: str, tokenizer=None) -> list[list[int]]:
-    """Token sequences from a corpus file.
-
-    ``.jsonl``: one JSON object per line with ``token_ids`` (a list of ints) or ``text``;
-    any other file is text, one document, tokenized with the engine's tokenizer.
-    """
-    if not os.path.isfile(path):
-        raise SpecdraftConfigError(f"invalid specdraft option corpus_files: {path!r} is not a file")
-    out: list[list[int]] = []
-    if path.endswith(".jsonl"):
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SpecdraftConfigError(
-                        f"corpus file {path}:{lineno}: not valid JSON ({e})") from None
-                if isinstance(obj, dict) and isinstance(obj.get("token_ids"), list):
-                    out.append([int(t) for t in obj["token_ids"]])
-                elif isinstance(obj, dict) and isinstance(obj.get("text"), str):
-                    out.append(_tokenize(obj["text"], tokenizer, path))
-                else:
-                    raise SpecdraftConfigError(
-                        f"corpus file {path}:{lineno}: expected an object with 'token_ids' "
-                        "(list of ints) or 'text' (string)")
-    else:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            out.append(_tokenize(f.read(), tokenizer, path))
-    return out
-
-
-def _tokenize(text: str, tokenizer, path: str) -> list[int]:
-    if tokenizer is None:
-        raise SpecdraftConfigError(
-            f"corpus file {path} holds text but no tokenizer is available here; "
-            "give token_ids in a .jsonl file instead")
-    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 class SpecDrafter:
