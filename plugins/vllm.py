@@ -117,8 +117,11 @@ class SpecdraftProposer:
         self._step_started: tuple[int, float] | None = None
         self._stateless_logged = False
         self._error_logged = False
+        # drafts/draft_tokens/accepted_tokens: as vLLM verified them (specdraft_verified);
+        # proposed_*: what this proposer handed over (vLLM drops those of finished requests).
         self.figures = {"steps": 0, "proposer_seconds": 0.0, "rows": 0, "drafts": 0,
-                        "draft_tokens": 0, "accepted_tokens": 0, "errors": 0,
+                        "draft_tokens": 0, "accepted_tokens": 0, "proposed_drafts": 0,
+                        "proposed_draft_tokens": 0, "errors": 0,
                         "draft_length_counts": [0] * (self.num_speculative_tokens + 1)}
         self._drafter_figures: dict = {}
         self._drafter_figures_at = 0.0
@@ -133,6 +136,7 @@ class SpecdraftProposer:
                        if facts.metrics_dir and facts.tp_rank == 0 else None)
         self.log.info("specdraft: %s drafting up to %d tokens (options %s)",
                       type(self).__name__, self.num_speculative_tokens, self.options)
+        self._publish()  # figures exist (zeros) before the first step
 
     def build_drafter(self, options: dict, vllm_config: Any) -> Any:
         """The engine-agnostic drafter behind this proposer (subclasses may wrap it)."""
@@ -174,6 +178,12 @@ class SpecdraftProposer:
     def specdraft_hook_failed(self, error: Exception) -> None:
         self._failed(error)
 
+    def specdraft_verified(self, drafts: int, draft_tokens: int, accepted_tokens: int) -> None:
+        """Drafts vLLM verified in this step, counted as vLLM's spec_decode counters count them."""
+        self.figures["drafts"] += drafts
+        self.figures["draft_tokens"] += draft_tokens
+        self.figures["accepted_tokens"] += accepted_tokens
+
     # -- the step --------------------------------------------------------------------------------
 
     def _propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> list[list[int]]:
@@ -195,9 +205,10 @@ class SpecdraftProposer:
         for i, row in enumerate(rows):
             if row is None:
                 continue
-            num_accepted = self.requests.sync(row)
-            if num_accepted:
-                self.figures["accepted_tokens"] += num_accepted
+            self.requests.sync(row)
+            if row.ended:  # stopped in this step: to the global cache now, not at the next step
+                self.requests.drop(row.req_id, aborted=False)
+                continue
             cap = min(budget, self.max_model_len - row.num_tokens - 1)
             if row.speculate and cap > 0:
                 wanted.append((i, row, cap))
@@ -242,8 +253,8 @@ class SpecdraftProposer:
             drafts[i] = tokens
             counts[len(tokens)] += 1
             if tokens:
-                self.figures["drafts"] += 1
-                self.figures["draft_tokens"] += len(tokens)
+                self.figures["proposed_drafts"] += 1
+                self.figures["proposed_draft_tokens"] += len(tokens)
         self.figures["rows"] += len(wanted)
         return drafts
 

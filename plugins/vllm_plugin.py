@@ -117,6 +117,9 @@ def prepare_speculative_config(spec_config: Any, raw_options: Any, given: bool) 
     labels = {"model_name": str(served), "proposer": cls.__name__}
     vllm_metrics.SpecdraftCollector.add_source(metrics_dir, labels)
     adapter.attach(spec_config, options, metrics_dir)
+    from specdraft.proposers.config import request_options
+
+    adapter.install_request_check(request_options)  # unknown specdraft* keys: refused (400)
 
 
 def check_engine_fit(spec_config: Any, options: dict) -> None:

@@ -112,3 +112,58 @@ class DrafterConfig:
         need(is_num(self.idle_decay) and 0 < self.idle_decay <= 1, "idle_decay", "a number in (0, 1]")
         need(is_num(self.min_gain) and 0.0 <= self.min_gain < 1.0, "min_gain", "a number in [0, 1)")
         need(self.native in ("auto", True, False), "native", "'auto', true or false")
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-request options, from a request's extra arguments (vLLM: SamplingParams.extra_args, which
+# the OpenAI server fills from the request's "vllm_xargs")
+# ---------------------------------------------------------------------------------------------
+REQUEST_KEY = "specdraft"            # offline: extra_args={"specdraft": {"speculate": False}}
+REQUEST_FLAT_PREFIX = "specdraft_"   # server: "vllm_xargs": {"specdraft_speculate": false}
+REQUEST_OPTIONS = ("speculate",)
+_TRUE, _FALSE = (True, 1, "true", "1"), (False, 0, "false", "0")
+REQUEST_ACCEPTED = ("accepted: \"specdraft_speculate\": true | false (also 1 | 0, \"true\" | "
+                    "\"false\") in vllm_xargs, or extra_args={\"specdraft\": {\"speculate\": "
+                    "False}} in SamplingParams")
+
+
+def request_options(extra_args: Any) -> dict:
+    """The specdraft options of one request ({} if none); ValueError names a bad key or value.
+
+    The OpenAI server's ``vllm_xargs`` takes strings, numbers and lists only (a JSON ``false``
+    arrives as 0), hence the flat form; offline ``SamplingParams`` may carry the nested dict.
+    """
+    if not extra_args:
+        return {}
+    given: dict[str, tuple[str, Any]] = {}  # option -> (key as the user wrote it, value)
+    for key, value in extra_args.items():
+        if not isinstance(key, str) or not key.startswith(REQUEST_KEY):
+            continue
+        if key == REQUEST_KEY:
+            if not isinstance(value, dict):
+                raise ValueError(f"per-request option {key!r} must be an object, got "
+                                 f"{value!r}; {REQUEST_ACCEPTED}")
+            for name, v in value.items():
+                given[name] = (f"{key}.{name}", v)
+        elif key.startswith(REQUEST_FLAT_PREFIX):
+            given[key[len(REQUEST_FLAT_PREFIX):]] = (key, value)
+        else:
+            given[key] = (key, value)
+    out = {}
+    for name, (key, value) in given.items():
+        if name not in REQUEST_OPTIONS:
+            raise ValueError(f"unknown per-request specdraft option {key!r}; {REQUEST_ACCEPTED}")
+        v = value.lower() if isinstance(value, str) else value
+        if not isinstance(v, (bool, int, str)) or v not in _TRUE + _FALSE:
+            raise ValueError(f"invalid per-request specdraft option {key}={value!r}; "
+                             f"{REQUEST_ACCEPTED}")
+        out[name] = v in _TRUE
+    return out
+
+
+def request_speculates(extra_args: Any) -> bool:
+    """False when the request opted out of speculation (a bad value was refused on arrival)."""
+    try:
+        return request_options(extra_args).get("speculate", True)
+    except ValueError:
+        return True
