@@ -256,10 +256,10 @@ def stopped_in_step(req_state: Any, max_model_len: int, num_sampled: int) -> boo
     max_tokens = getattr(sp, "max_tokens", None)
     if (max_tokens is not None and n >= max_tokens) or req_state.num_tokens >= max_model_len:
         return True
+    # As the scheduler's check_stop: a stop token ends the request whatever min_tokens says
+    # (the min_tokens logits processor keeps stop tokens from being sampled before then).
     stops = _stop_token_ids(sp)
-    min_tokens = getattr(sp, "min_tokens", 0) or 0
-    return any(t in stops and n - num_sampled + j + 1 >= min_tokens
-               for j, t in enumerate(out[n - num_sampled:])) if stops else False
+    return bool(stops) and any(t in stops for t in out[n - num_sampled:])
 
 
 def _request_speculates(req_state: Any) -> bool:
