@@ -119,7 +119,11 @@ def prepare_speculative_config(spec_config: Any, raw_options: Any, given: bool) 
     adapter.attach(spec_config, options, metrics_dir)
     from specdraft.proposers.config import request_options
 
-    adapter.install_request_check(request_options)  # unknown specdraft* keys: refused (400)
+    try:
+        adapter.install_request_check(request_options)  # bad specdraft* request keys: HTTP 400
+    except Exception:  # noqa: BLE001 - serving goes on; only the per-request check is missing
+        adapter.logger().exception("specdraft: cannot check per-request specdraft options; "
+                                   "unknown specdraft* keys in requests will be ignored")
 
 
 def check_engine_fit(spec_config: Any, options: dict) -> None:
