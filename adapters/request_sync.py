@@ -23,6 +23,7 @@ class Row:
     num_drafted: int = 0     # draft tokens the engine verified for this request in this step
     num_emitted: int = 0     # tokens the engine emitted for this request in this step
     speculate: bool = True   # False: the request opted out of speculation
+    ended: bool = False      # the request stopped in this step (the engine finishes it next)
 
 
 def _ints(tokens: Any) -> list[int]:

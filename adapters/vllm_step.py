@@ -102,6 +102,8 @@ class VllmStep:
         finally:
             if not tracked and step.req_ids:  # forget the throwaway requests
                 self.drafter.step([], token_ids_cpu, [], [], [], aborted=step.req_ids)
+        if step.ended:  # into the global cache now; vLLM's finish notice will find them gone
+            self.drafter.step([], token_ids_cpu, [], [], [], finished=step.ended)
         return self.engine_drafts(out, step), out, tracked
 
     def engine_drafts(self, out: Any, step: Any) -> list[list[int]]:

@@ -41,7 +41,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from specdraft.adapters.request_sync import Row
 
 SUPPORTED = ((0, 32, 0), (0, 33, 0))
 # The CPU expand-kernel bug is in every release up to the newest checked (0.33.0).
@@ -98,6 +97,10 @@ OPTIONS_KEY = "specdraft"                  # the key users add to speculative_co
 OPTIONS_ATTR = "specdraft_options"         # validated options, on the built SpeculativeConfig
 METRICS_DIR_ATTR = "specdraft_metrics_dir"  # where workers leave figures for process 0
 REQUEST_OPTIONS_KEY = "specdraft"          # SamplingParams.extra_args[...] per-request options
+# The OpenAI server copies a request's "vllm_xargs" (values: strings, numbers, lists; JSON false
+# arrives as 0) into SamplingParams.extra_args; every request of every front end passes
+# InputProcessor._validate_params in process 0, where a VLLMValidationError becomes HTTP 400.
+_INPUT_PROCESSOR = "vllm.v1.engine.input_processor"
 
 _EXPAND_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
 
@@ -210,6 +213,39 @@ def install_config_hook(prepare: Callable[[Any, Any, bool], None]) -> bool:
     return True
 
 
+def install_request_check(check: Callable[[Any], None]) -> bool:
+    """Run ``check(extra_args)`` on each request's extra arguments as vLLM validates it.
+
+    ``check`` raises ValueError; the request is refused with its message (HTTP 400 from the
+    OpenAI server, an exception from ``LLM.generate``). Only engines whose speculative config
+    carries specdraft's options are checked.
+    """
+    import importlib
+
+    from vllm.exceptions import VLLMValidationError
+
+    module = importlib.import_module(_INPUT_PROCESSOR)
+    processor_cls = module.InputProcessor
+    original = processor_cls._validate_params
+    if getattr(original, "_specdraft_hook", False):
+        return True
+
+    @functools.wraps(original)
+    def _validate_params(self, params, *args, **kwargs):
+        spec = getattr(self, "speculative_config", None)
+        extra = getattr(params, "extra_args", None)
+        if extra and getattr(spec, OPTIONS_ATTR, None) is not None:
+            try:
+                check(extra)
+            except ValueError as e:
+                raise VLLMValidationError(str(e), parameter="vllm_xargs") from None
+        return original(self, params, *args, **kwargs)
+
+    _validate_params._specdraft_hook = True  # type: ignore[attr-defined]
+    processor_cls._validate_params = _validate_params
+    return True
+
+
 # ---------------------------------------------------------------------------------------------
 # Request identity: hooks on the model runner
 # ---------------------------------------------------------------------------------------------
@@ -251,13 +287,33 @@ def ended_normally(req_state: Any, max_model_len: int, lookback: int) -> bool:
     return bool(stops) and any(t in stops for t in out[-lookback:])
 
 
-def _request_speculates(req_state: Any) -> bool:
+def stopped_in_step(req_state: Any, max_model_len: int, num_sampled: int) -> bool:
+    """Did the tokens sampled in this step end the request (the scheduler will finish it)?
+
+    Read in the step itself, so a request's history reaches the global cache without waiting
+    for the next step (``finished_req_ids`` arrives only then, if traffic goes on at all).
+    ``runner.requests[id].output_token_ids`` already holds this step's tokens at ``propose``.
+    Stop strings are found by the front end, which then aborts: those wait for the next step.
+    """
     sp = getattr(req_state, "sampling_params", None)
-    extra = getattr(sp, "extra_args", None) if sp is not None else None
-    if not extra:
+    out = getattr(req_state, "output_token_ids", None)
+    if sp is None or out is None or num_sampled <= 0:
+        return False
+    n = len(out)
+    max_tokens = getattr(sp, "max_tokens", None)
+    if (max_tokens is not None and n >= max_tokens) or req_state.num_tokens >= max_model_len:
         return True
-    opts = extra.get(REQUEST_OPTIONS_KEY)
-    return not (isinstance(opts, dict) and opts.get("speculate") is False)
+    # As the scheduler's check_stop: a stop token ends the request whatever min_tokens says
+    # (the min_tokens logits processor keeps stop tokens from being sampled before then).
+    stops = _stop_token_ids(sp)
+    return bool(stops) and any(t in stops for t in out[n - num_sampled:])
+
+
+def _request_speculates(req_state: Any) -> bool:
+    from specdraft.proposers.config import request_speculates
+
+    sp = getattr(req_state, "sampling_params", None)
+    return request_speculates(getattr(sp, "extra_args", None) if sp is not None else None)
 
 
 class StepView:
@@ -271,37 +327,25 @@ class StepView:
         n = getattr(self.scheduler_output, "num_spec_tokens_to_schedule", 0) or 0
         return min(num_speculative_tokens, n) if n > 0 else num_speculative_tokens
 
-    def rows(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
-             token_ids_cpu: Any) -> list[Row | None]:
-        """One Row per batch row that emitted tokens; None for rows still in prefill."""
-        batch = self.runner.input_batch
-        req_ids = batch.req_ids
-        if len(req_ids) < len(sampled_token_ids):
-            raise RuntimeError(
-                f"vLLM batch has {len(req_ids)} request ids for {len(sampled_token_ids)} rows")
-        requests = self.runner.requests
+    def verified(self, sampled_token_ids: list[list[int]]) -> tuple[int, int, int]:
+        """(drafts, draft tokens, accepted tokens) verified in this step, counted as the
+        scheduler counts ``vllm:spec_decode_*`` (``Scheduler.update_from_output``)."""
         scheduled = self.scheduler_output.scheduled_spec_decode_tokens
-        rows: list[Row | None] = []
+        if not scheduled:
+            return 0, 0, 0
+        invalid = getattr(self.scheduler_output, "num_invalid_spec_tokens", None) or {}
+        req_ids = self.runner.input_batch.req_ids
+        drafts = draft_tokens = accepted = 0
         for i, sampled in enumerate(sampled_token_ids):
-            if not sampled:
-                rows.append(None)
-                continue
-            req_id = req_ids[i]
-            req_state = requests.get(req_id)
-            rows.append(Row(
-                req_id=req_id,
-                tokens=token_ids_cpu[i],
-                num_prompt_tokens=int(batch.num_prompt_tokens[i]),
-                num_tokens=int(num_tokens_no_spec[i]),
-                num_drafted=len(scheduled.get(req_id, ())),
-                num_emitted=len(sampled),
-                speculate=req_state is None or _request_speculates(req_state),
-            ))
-        return rows
+            spec = scheduled.get(req_ids[i]) if sampled else None
+            if spec:
+                drafts += 1
+                draft_tokens += len(spec) - invalid.get(req_ids[i], 0)
+                accepted += max(len(sampled) - 1, 0)
+        return drafts, draft_tokens, accepted
 
     def live_req_ids(self):
         return self.runner.requests.keys()
-
 
     def step_rows(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
                   num_speculative_tokens: int, max_model_len: int, speculates: Any) -> "StepRows":
@@ -329,9 +373,17 @@ class StepView:
         num_accepted = list(map(_accepted, emitted, num_drafted))
         budget = self.budget(num_speculative_tokens)
         wanted = list(map(speculates.__getitem__, req_ids))
+        # requests this step's tokens ended: finished (into the global cache) in this step, not
+        # at the next one (finished_req_ids arrives only then, if traffic goes on at all)
+        requests = self.runner.requests
+        ended = [r for r, e in zip(req_ids, emitted)
+                 if stopped_in_step(requests.get(r), max_model_len, e)]
+        if ended:
+            gone = set(ended)
+            wanted = [w and r not in gone for w, r in zip(wanted, req_ids)]
         caps = budget if all(wanted) else [budget if w else 0 for w in wanted]
         return StepRows(num_rows, rows, req_ids, num_tokens, num_prompt, caps, num_accepted,
-                        emitted, max_model_len - 1)
+                        emitted, max_model_len - 1, ended)
 
     def request_speculates(self, req_id: str) -> bool:
         req_state = self.runner.requests.get(req_id)
@@ -381,6 +433,7 @@ class StepRows:
     # a draft ends at max_model_len - 1 tokens. (vLLM also skips drafting for a step whose
     # longest sequence + K exceeds max_model_len.)
     max_len: int
+    ended: list = dataclasses.field(default_factory=list)  # requests this step's tokens ended
 
 
 def stateless_rows(sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
@@ -442,7 +495,15 @@ def install_runner_hooks() -> str | None:
         bind = getattr(getattr(self, "drafter", None), "specdraft_bind", None)
         if bind is None:
             return propose(self, scheduler_output, *args, **kwargs)
-        bind(StepView(self, scheduler_output))
+        view = StepView(self, scheduler_output)
+        verified = getattr(self.drafter, "specdraft_verified", None)
+        sampled = args[0] if args else kwargs.get("sampled_token_ids")
+        if verified is not None and sampled is not None:
+            try:
+                verified(*view.verified(sampled))
+            except Exception as e:  # noqa: BLE001 - never take the engine down
+                getattr(self.drafter, "specdraft_hook_failed", lambda e: None)(e)
+        bind(view)
         try:
             return propose(self, scheduler_output, *args, **kwargs)
         finally:

@@ -52,8 +52,9 @@ def main() -> None:
     figures = engine_metrics(llm, wait_for=lambda s: s.get("steps", 0) > 0)
     if figures:
         steps = max(figures["steps"], 1)
-        print(f"specdraft: {figures['drafts']} drafts for {figures['rows']} draft requests, "
-              f"{figures['accepted_tokens']} of {figures['draft_tokens']} draft tokens accepted, "
+        print(f"specdraft: {figures['proposed_drafts']} drafts for {figures['rows']} draft "
+              f"requests, {figures['accepted_tokens']} of {figures['draft_tokens']} verified "
+              f"draft tokens accepted, "
               f"{1e6 * figures['proposer_seconds'] / steps:.0f} us per step")
 
 

@@ -175,3 +175,31 @@ def test_a_failing_drafter_costs_one_step_of_drafts_not_the_engine():
     assert proposer.figures["errors"] == 2 and proposer.drafter.stats.errors == 2
     del proposer.drafter.step                             # the drafter recovers: drafts again
     assert proposer.propose([[4]], np.array([6]), tokens) != [[]]
+
+
+class _Params:
+    def __init__(self, max_tokens=100, stop_token_ids=(), eos_token_id=2, ignore_eos=False):
+        self.max_tokens, self.stop_token_ids = max_tokens, stop_token_ids
+        self.eos_token_id, self.ignore_eos = eos_token_id, ignore_eos
+
+
+class _ReqState:
+    def __init__(self, prompt, output, **params):
+        self.sampling_params = _Params(**params)
+        self.output_token_ids = list(output)
+        self.num_tokens = len(prompt) + len(output)
+
+
+@pytest.mark.parametrize("output, num_sampled, params, stopped", [
+    ([5, 6, 7], 2, {}, False),
+    ([5, 6, 7], 2, {"max_tokens": 3}, True),                    # max_tokens reached
+    ([5, 2, 7], 2, {}, True),                                   # EOS among this step's tokens
+    ([2, 6, 7], 2, {}, False),                                  # EOS in an earlier step only
+    ([5, 2, 7], 2, {"ignore_eos": True}, False),
+    ([5, 9, 7], 2, {"stop_token_ids": [9]}, True),
+    ([5] * 8, 1, {}, True),                                     # prompt 4 + 8 = max_model_len
+])
+def test_stopped_in_step(output, num_sampled, params, stopped):
+    from specdraft.adapters.vllm_v0_32 import stopped_in_step
+
+    assert stopped_in_step(_ReqState([1, 1, 1, 1], output, **params), 12, num_sampled) is stopped

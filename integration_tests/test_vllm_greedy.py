@@ -105,3 +105,23 @@ def test_specdraft_tracked_requests_and_vllm_counted_drafts(spec_llm, results):
     assert max(k for k, c in enumerate(figures["draft_length_counts"]) if c) <= NUM_SPEC_TOKENS
     assert counter(spec_llm, "vllm:spec_decode_num_drafts") > 0
     assert counter(spec_llm, "vllm:spec_decode_num_accepted_tokens") > 0
+
+
+def test_offline_opt_out_and_bad_request_keys(spec_llm, results):
+    """The offline forms of the per-request opt-out (the server's is in test_vllm_serve)."""
+    from vllm import SamplingParams
+
+    prompt = PROMPTS["echo_list"]
+
+    def drafts(extra_args):
+        before = counter(spec_llm, "vllm:spec_decode_num_drafts")
+        out = spec_llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=32,
+                                                         extra_args=extra_args))
+        return counter(spec_llm, "vllm:spec_decode_num_drafts") - before, out[0].outputs[0].text
+
+    drafted, reference = drafts(None)
+    assert drafted > 0
+    for extra_args in ({"specdraft": {"speculate": False}}, {"specdraft_speculate": False}):
+        assert drafts(extra_args) == (0, reference), extra_args
+    with pytest.raises(Exception, match="unknown per-request specdraft option 'specdraft.speculat'"):
+        drafts({"specdraft": {"speculat": False}})

@@ -119,8 +119,11 @@ class SpecdraftProposer:
                               self.max_model_len, self.vocab_size)
         self._stateless_logged = False
         self._error_logged = False
+        # drafts/draft_tokens/accepted_tokens: as vLLM verified them (specdraft_verified);
+        # proposed_*: what this proposer handed over (vLLM drops those of finished requests).
         self.figures = {"steps": 0, "proposer_seconds": 0.0, "rows": 0, "drafts": 0,
-                        "draft_tokens": 0, "accepted_tokens": 0, "errors": 0}
+                        "draft_tokens": 0, "accepted_tokens": 0, "proposed_drafts": 0,
+                        "proposed_draft_tokens": 0, "errors": 0}
         self._length_counts = np.zeros(self.num_speculative_tokens + 1, dtype=np.int64)
         self._lengths: list[np.ndarray] = []  # draft lengths of recent steps, not yet counted
         self._drafter_figures: dict = {}
@@ -136,6 +139,7 @@ class SpecdraftProposer:
                        if facts.metrics_dir and facts.tp_rank == 0 else None)
         self.log.info("specdraft: %s drafting up to %d tokens (options %s)",
                       type(self).__name__, self.num_speculative_tokens, self.options)
+        self._publish()  # figures exist (zeros) before the first step
 
     def build_drafter(self, options: dict, vllm_config: Any) -> Any:
         """The engine-agnostic drafter behind this proposer (subclasses may wrap it)."""
@@ -190,6 +194,12 @@ class SpecdraftProposer:
         self.steps.drafter = self.drafter
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
 
+    def specdraft_verified(self, drafts: int, draft_tokens: int, accepted_tokens: int) -> None:
+        """Drafts vLLM verified in this step, counted as vLLM's spec_decode counters count them."""
+        self.figures["drafts"] += drafts
+        self.figures["draft_tokens"] += draft_tokens
+        self.figures["accepted_tokens"] += accepted_tokens
+
     # -- the step: one drafter call for the whole batch --------------------------------------------
 
     def _propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> list[list[int]]:
@@ -198,13 +208,12 @@ class SpecdraftProposer:
             why = f" ({self.hook_problem})" if self.hook_problem else ""
             self.log.warning("specdraft: vLLM called propose outside specdraft's runner hook%s; "
                              "drafting statelessly", why)
-        accepted_before = self.drafter.stats.accepted_tokens
         drafts, out, tracked = self.steps.propose(sampled_token_ids, num_tokens_no_spec,
                                                   token_ids_cpu)
         self.tracked = self.tracked or tracked
-        f = self.figures
-        f["accepted_tokens"] += self.drafter.stats.accepted_tokens - accepted_before
-        f["draft_tokens"] += out.tokens.shape[0]
+        # what the proposer handed over; drafts/draft_tokens/accepted_tokens count what vLLM
+        # verified (specdraft_verified), as vLLM's spec_decode counters do
+        self.figures["proposed_draft_tokens"] += out.tokens.shape[0]
         self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)
         if len(self._lengths) >= 256:
             self._count_lengths()
@@ -217,7 +226,7 @@ class SpecdraftProposer:
         self._lengths = []
         f = self.figures
         f["rows"] += lengths.shape[0]
-        f["drafts"] += int(np.count_nonzero(lengths))
+        f["proposed_drafts"] += int(np.count_nonzero(lengths))
         if lengths.size:
             self._length_counts += np.bincount(lengths, minlength=self._length_counts.size)
 

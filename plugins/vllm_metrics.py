@@ -87,13 +87,19 @@ def prometheus_families(snapshot: dict, labels: dict[str, str]) -> Iterator[Any]
     yield gauge("proposer_us_per_step", "Mean proposer time per engine step, microseconds.",
                 1e6 * snapshot.get("proposer_seconds", 0.0) / steps if steps else 0.0)
     yield counter("draft_rows", "Requests asked for a draft (one per request per step).", rows)
-    yield counter("drafts", "Requests given a non-empty draft.", snapshot.get("drafts", 0))
+    proposed = snapshot.get("proposed_drafts", 0)
+    yield counter("proposed_drafts", "Requests given a non-empty draft by the proposer (vLLM "
+                  "drops some: requests that finished in that step).", proposed)
+    yield counter("proposed_draft_tokens", "Draft tokens the proposer handed to vLLM.",
+                  snapshot.get("proposed_draft_tokens", 0))
     yield gauge("draft_hit_rate", "Fraction of draft requests answered with at least one token.",
-                snapshot.get("drafts", 0) / rows if rows else 0.0)
-    yield counter("draft_tokens", "Draft tokens handed to vLLM for verification.",
-                  snapshot.get("draft_tokens", 0))
-    yield counter("accepted_tokens", "Draft tokens the target accepted (as specdraft saw them).",
-                  snapshot.get("accepted_tokens", 0))
+                proposed / rows if rows else 0.0)
+    yield counter("drafts", "Drafts vLLM verified (counted as vllm:spec_decode_num_drafts).",
+                  snapshot.get("drafts", 0))
+    yield counter("draft_tokens", "Draft tokens vLLM verified (counted as "
+                  "vllm:spec_decode_num_draft_tokens).", snapshot.get("draft_tokens", 0))
+    yield counter("accepted_tokens", "Draft tokens the target accepted (counted as "
+                  "vllm:spec_decode_num_accepted_tokens).", snapshot.get("accepted_tokens", 0))
     lengths = CounterMetricFamily(PREFIX + "draft_length",
                                   "Chosen draft lengths (0 = no draft) per request and step.",
                                   labels=names + ["length"])
@@ -148,9 +154,7 @@ class SpecdraftCollector:
     def collect(self):
         merged: dict[str, Any] = {}
         for metrics_dir, labels in list(self.sources):
-            snapshot = read_snapshot(metrics_dir)
-            if snapshot is None:
-                continue
+            snapshot = read_snapshot(metrics_dir) or {}  # zeros until the worker publishes
             for fam in prometheus_families(snapshot, labels):
                 if fam.name in merged:
                     merged[fam.name].samples.extend(fam.samples)

@@ -111,6 +111,7 @@ def prepare_speculative_config(spec_config: Any, raw_options: Any, given: bool) 
                 f"\"{_PROPOSER_MODULE}.SuffixProposer\" (or LookupProposer, TreeProposer)")
         return
     options = cls.resolve_options(proposers.load_options(raw_options))
+    check_engine_fit(spec_config, options)
     metrics_dir = vllm_metrics.new_metrics_dir()
     target = getattr(spec_config, "target_model_config", None)
     served = getattr(target, "served_model_name", None) or getattr(target, "model", "") or ""
@@ -119,3 +120,32 @@ def prepare_speculative_config(spec_config: Any, raw_options: Any, given: bool) 
     labels = {"model_name": str(served), "proposer": cls.__name__}
     vllm_metrics.SpecdraftCollector.add_source(metrics_dir, labels)
     adapter.attach(spec_config, options, metrics_dir)
+    from specdraft.proposers.config import request_options
+
+    try:
+        adapter.install_request_check(request_options)  # bad specdraft* request keys: HTTP 400
+    except Exception:  # noqa: BLE001 - serving goes on; only the per-request check is missing
+        adapter.logger().exception("specdraft: cannot check per-request specdraft options; "
+                                   "unknown specdraft* keys in requests will be ignored")
+
+
+def check_engine_fit(spec_config: Any, options: dict) -> None:
+    """What the options mean for this engine, checked before it starts: the draft budget
+    against the context length, and every corpus file read and parsed (its token ids against
+    the target's vocabulary), so a bad value fails start-up, not a worker step later."""
+    from specdraft.plugins import vllm as proposers
+    from specdraft.proposers.corpus import check_corpus_files
+
+    target = getattr(spec_config, "target_model_config", None)
+    max_model_len = getattr(target, "max_model_len", None)
+    k = getattr(spec_config, "num_speculative_tokens", None)
+    if isinstance(max_model_len, int) and isinstance(k, int) and k >= max_model_len:
+        raise proposers.config_error(
+            f"speculative_config['num_speculative_tokens'] = {k} does not fit max_model_len = "
+            f"{max_model_len}: accepted an integer in [1, {max_model_len - 1}]")
+    vocab_size = None
+    try:
+        vocab_size = int(target.get_vocab_size())
+    except Exception:  # noqa: BLE001 - no vocabulary known here: ids are checked against int32
+        pass
+    check_corpus_files(options.get("corpus_files") or (), vocab_size)

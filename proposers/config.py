@@ -15,6 +15,9 @@ from specdraft.proposers.base import SpecdraftConfigError
 
 STRATEGIES = ("suffix", "tree", "lookup")
 COST_MODELS = ("gpu", "cpu-bf16", "cpu-fp32")
+# The native index numbers its nodes with int32 and a cached token takes ~3.5 nodes: 2**29 tokens
+# keep node ids in range (and the Python twin to the same bound).
+MAX_GLOBAL_CACHE_TOKENS = 2**29
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +55,12 @@ class DrafterConfig:
         if isinstance(options.get("corpus_files"), str):
             options["corpus_files"] = [options["corpus_files"]]
         if "corpus_files" in options:
-            options["corpus_files"] = tuple(options["corpus_files"])
+            files = options["corpus_files"]
+            if not isinstance(files, (list, tuple)):
+                raise SpecdraftConfigError(
+                    f"invalid specdraft option corpus_files={files!r}: accepted a list of file "
+                    "paths (.jsonl with token_ids or text, or text files)")
+            options["corpus_files"] = tuple(files)
         if options.get("shared_cache") is not None:
             from specdraft.proposers.shared_cache import validate_options
 
@@ -82,8 +90,9 @@ class DrafterConfig:
 
         need(self.strategy in STRATEGIES, "strategy", " | ".join(map(repr, STRATEGIES)))
         need(is_int(self.max_depth) and 1 <= self.max_depth <= 64, "max_depth", "an integer in [1, 64]")
-        need(is_int(self.global_cache_tokens) and self.global_cache_tokens >= 0,
-             "global_cache_tokens", "an integer >= 0 (0 turns the global cache off)")
+        need(is_int(self.global_cache_tokens)
+             and 0 <= self.global_cache_tokens <= MAX_GLOBAL_CACHE_TOKENS, "global_cache_tokens",
+             f"an integer in [0, {MAX_GLOBAL_CACHE_TOKENS}] (0 turns the global cache off)")
         need(isinstance(self.cache_prompts, bool), "cache_prompts", "true or false")
         need(all(isinstance(f, str) and f for f in self.corpus_files), "corpus_files",
              "a list of file paths (.jsonl with token_ids or text, or text files)")
@@ -109,3 +118,58 @@ class DrafterConfig:
         need(is_num(self.idle_decay) and 0 < self.idle_decay <= 1, "idle_decay", "a number in (0, 1]")
         need(is_num(self.min_gain) and 0.0 <= self.min_gain < 1.0, "min_gain", "a number in [0, 1)")
         need(self.native in ("auto", True, False), "native", "'auto', true or false")
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-request options, from a request's extra arguments (vLLM: SamplingParams.extra_args, which
+# the OpenAI server fills from the request's "vllm_xargs")
+# ---------------------------------------------------------------------------------------------
+REQUEST_KEY = "specdraft"            # offline: extra_args={"specdraft": {"speculate": False}}
+REQUEST_FLAT_PREFIX = "specdraft_"   # server: "vllm_xargs": {"specdraft_speculate": false}
+REQUEST_OPTIONS = ("speculate",)
+_TRUE, _FALSE = (True, 1, "true", "1"), (False, 0, "false", "0")
+REQUEST_ACCEPTED = ("accepted: \"specdraft_speculate\": true | false (also 1 | 0, \"true\" | "
+                    "\"false\") in vllm_xargs, or extra_args={\"specdraft\": {\"speculate\": "
+                    "False}} in SamplingParams")
+
+
+def request_options(extra_args: Any) -> dict:
+    """The specdraft options of one request ({} if none); ValueError names a bad key or value.
+
+    The OpenAI server's ``vllm_xargs`` takes strings, numbers and lists only (a JSON ``false``
+    arrives as 0), hence the flat form; offline ``SamplingParams`` may carry the nested dict.
+    """
+    if not extra_args:
+        return {}
+    given: dict[str, tuple[str, Any]] = {}  # option -> (key as the user wrote it, value)
+    for key, value in extra_args.items():
+        if not isinstance(key, str) or not key.startswith(REQUEST_KEY):
+            continue
+        if key == REQUEST_KEY:
+            if not isinstance(value, dict):
+                raise ValueError(f"per-request option {key!r} must be an object, got "
+                                 f"{value!r}; {REQUEST_ACCEPTED}")
+            for name, v in value.items():
+                given[name] = (f"{key}.{name}", v)
+        elif key.startswith(REQUEST_FLAT_PREFIX):
+            given[key[len(REQUEST_FLAT_PREFIX):]] = (key, value)
+        else:
+            given[key] = (key, value)
+    out = {}
+    for name, (key, value) in given.items():
+        if name not in REQUEST_OPTIONS:
+            raise ValueError(f"unknown per-request specdraft option {key!r}; {REQUEST_ACCEPTED}")
+        v = value.lower() if isinstance(value, str) else value
+        if not isinstance(v, (bool, int, str)) or v not in _TRUE + _FALSE:
+            raise ValueError(f"invalid per-request specdraft option {key}={value!r}; "
+                             f"{REQUEST_ACCEPTED}")
+        out[name] = v in _TRUE
+    return out
+
+
+def request_speculates(extra_args: Any) -> bool:
+    """False when the request opted out of speculation (a bad value was refused on arrival)."""
+    try:
+        return request_options(extra_args).get("speculate", True)
+    except ValueError:
+        return True

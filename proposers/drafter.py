@@ -16,9 +16,7 @@ Two ways in, over the same state:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
 import threading
 import time
 from itertools import repeat
@@ -29,6 +27,7 @@ import numpy as np
 from specdraft.proposers.base import DraftTree, DrafterStats, SpecdraftConfigError
 from specdraft.proposers.config import DrafterConfig
 from specdraft.proposers.controller import CURVES, CostModel, DraftLengthController
+from specdraft.proposers.corpus import read_corpus
 from specdraft.proposers.lookup import PromptLookupCore
 from specdraft.proposers.suffix_core import SuffixCore
 
@@ -140,47 +139,6 @@ def _row_array(values, n: int, name: str, default: int | None = None) -> np.ndar
     if a.shape != (n,):
         raise ValueError(f"{name} must have one entry per row ({n}), got {a.size}")
     return a
-
-
-def read_corpus(path: str, tokenizer=None) -> list[list[int]]:
-    """Token sequences from a corpus file.
-
-    ``.jsonl``: one JSON object per line with ``token_ids`` (a list of ints) or ``text``;
-    any other file is text, one document, tokenized with the engine's tokenizer.
-    """
-    if not os.path.isfile(path):
-        raise SpecdraftConfigError(f"invalid specdraft option corpus_files: {path!r} is not a file")
-    out: list[list[int]] = []
-    if path.endswith(".jsonl"):
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SpecdraftConfigError(
-                        f"corpus file {path}:{lineno}: not valid JSON ({e})") from None
-                if isinstance(obj, dict) and isinstance(obj.get("token_ids"), list):
-                    out.append([int(t) for t in obj["token_ids"]])
-                elif isinstance(obj, dict) and isinstance(obj.get("text"), str):
-                    out.append(_tokenize(obj["text"], tokenizer, path))
-                else:
-                    raise SpecdraftConfigError(
-                        f"corpus file {path}:{lineno}: expected an object with 'token_ids' "
-                        "(list of ints) or 'text' (string)")
-    else:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            out.append(_tokenize(f.read(), tokenizer, path))
-    return out
-
-
-def _tokenize(text: str, tokenizer, path: str) -> list[int]:
-    if tokenizer is None:
-        raise SpecdraftConfigError(
-            f"corpus file {path} holds text but no tokenizer is available here; "
-            "give token_ids in a .jsonl file instead")
-    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 class SpecDrafter:

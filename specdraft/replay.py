@@ -25,38 +25,49 @@ import sys
 import time
 from typing import Iterable
 
+from specdraft.jsonl import located, read_jsonl, token_ids
 from specdraft.proposers.controller import CURVES, CostModel
 
 TRACE_FIELDS = {"id": str, "prompt_token_ids": list, "output_token_ids": list}
 
 
 # ----------------------------------------------------------------------------- traces
+def _trace_vocab_size(rec: dict) -> int | None:
+    """The vocabulary size in a recorded ``tokenizer`` stamp ("NAME:VOCAB:HASH"), if any."""
+    parts = str(rec.get("tokenizer", "")).split(":")
+    return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
+
+
+def _check_trace_record(rec) -> dict:
+    if not isinstance(rec, dict):
+        raise ValueError("expected a JSON object per line")
+    for field, typ in TRACE_FIELDS.items():
+        if field not in rec:
+            raise ValueError(f"missing field {field!r}")
+        if not isinstance(rec[field], typ):
+            raise ValueError(f"field {field!r} must be a {typ.__name__}")
+    vocab_size = _trace_vocab_size(rec)
+    for field in ("prompt_token_ids", "output_token_ids"):
+        token_ids(rec[field], field, vocab_size)
+    if not rec["output_token_ids"]:
+        raise ValueError("field 'output_token_ids' is empty")
+    max_tokens = rec.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
+                                   or max_tokens < 1):
+        raise ValueError(f"field 'max_tokens' must be an integer >= 1, got {json.dumps(max_tokens)}")
+    rec.setdefault("workload", "default")
+    rec.setdefault("session", None)
+    return rec
+
+
 def load_trace(path: str) -> list[dict]:
     """Records of a trace file; a bad line raises ValueError naming the file and line."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object per line")
-            for field, typ in TRACE_FIELDS.items():
-                if field not in rec:
-                    raise ValueError(f"{path}:{lineno}: missing field {field!r}")
-                if not isinstance(rec[field], typ):
-                    raise ValueError(f"{path}:{lineno}: field {field!r} must be a {typ.__name__}")
-            for field in ("prompt_token_ids", "output_token_ids"):
-                if not all(isinstance(t, int) and t >= 0 for t in rec[field]):
-                    raise ValueError(f"{path}:{lineno}: field {field!r} must hold token ids (ints >= 0)")
-            if not rec["output_token_ids"]:
-                raise ValueError(f"{path}:{lineno}: field 'output_token_ids' is empty")
-            rec.setdefault("workload", "default")
-            rec.setdefault("session", None)
-            out.append(rec)
+    for lineno, rec in read_jsonl(path):
+        try:
+            out.append(_check_trace_record(rec))
+        except ValueError as e:
+            raise located(path, lineno, e) from None
     if not out:
         raise ValueError(f"{path}: no records")
     return out

@@ -53,6 +53,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from specdraft.jsonl import located, read_jsonl
+
 __all__ = [
     "FIELDS", "ROLES", "DATA_PACKAGES", "WORKLOADS", "Workload", "PackageIndexUnreachable",
     "ensure_package", "generate", "generate_all", "make_request", "validate_record",
@@ -284,24 +286,13 @@ def load_jsonl(path: str | os.PathLike) -> list[dict]:
     path = os.fspath(path)
     records: list[dict] = []
     check = _SessionCheck()
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not UTF-8 ({e.reason} at byte {e.start})") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno})") from None
-            try:
-                rec = validate_record(obj)
-                check.check(rec, f"line {lineno}")
-            except ValueError as e:
-                raise ValueError(f"{path}:{lineno}: {e}") from None
-            records.append(rec)
+    for lineno, obj in read_jsonl(path):
+        try:
+            rec = validate_record(obj)
+            check.check(rec, f"line {lineno}")
+        except ValueError as e:
+            raise located(path, lineno, e) from None
+        records.append(rec)
     if not records:
         raise ValueError(f"{path}: no records (an empty workload file)")
     return records

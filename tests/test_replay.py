@@ -86,3 +86,37 @@ def test_replay_cli_writes_json_and_reports_bad_files(tmp_path, capsys):
     bad.write_text("{}\n")
     assert main(["--traces", str(bad), "--json", str(tmp_path / "x.json")]) == 2
     assert "bad.jsonl:1: missing field 'id'" in capsys.readouterr().err
+
+
+STAMPED = {"id": "x", "prompt_token_ids": [1, 2, 3], "output_token_ids": [4, 5],
+           "max_tokens": 2, "tokenizer": "smollm2-135m:49152:450fd25da1a689ff"}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"max_tokens": -5}, "field 'max_tokens' must be an integer >= 1, got -5"),
+    ({"max_tokens": True}, "field 'max_tokens' must be an integer >= 1, got true"),
+    ({"output_token_ids": [4, 49152]}, "within the vocabulary's 49152 ids: item 1 is 49152"),
+    ({"tokenizer": None, "prompt_token_ids": [2**31]}, "within int32: item 0 is 2147483648"),
+    ({"prompt_token_ids": [1, True]}, "field 'prompt_token_ids' must hold token ids (ints >= 0): "
+                                      "item 1 is true"),
+], ids=["negative-max-tokens", "bool-max-tokens", "over-vocab", "over-int32", "bool-token"])
+def test_bad_trace_values_name_file_and_line(tmp_path, change, message):
+    p = tmp_path / "t.jsonl"
+    p.write_text(json.dumps(STAMPED) + "\n" + json.dumps({**STAMPED, **change}) + "\n")
+    with pytest.raises(ValueError) as e:
+        load_trace(str(p))
+    assert str(e.value).startswith(f"{p}:2: "), str(e.value)
+    assert message in str(e.value)
+
+
+def test_replay_cli_refuses_bad_values_and_non_utf8(tmp_path, capsys):
+    from specdraft.replay import main
+    neg = tmp_path / "neg.jsonl"
+    neg.write_text(json.dumps({**STAMPED, "max_tokens": -5}) + "\n")
+    assert main(["--traces", str(neg), "--json", str(tmp_path / "x.json")]) == 2
+    assert f"{neg}:1: field 'max_tokens'" in capsys.readouterr().err
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes(json.dumps(STAMPED).encode() + b"\n" + b'{"id": "caf\xe9"}\n')
+    assert main(["--traces", str(latin), "--json", str(tmp_path / "x.json")]) == 2
+    assert f"{latin}:2: not UTF-8" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()

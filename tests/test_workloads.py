@@ -241,7 +241,7 @@ def test_load_user_file_defaults(tmp_path: Path) -> None:
 
 
 BAD_LINES = [
-    ("{not json", "invalid JSON"),
+    ("{not json", "not valid JSON"),
     ('["a list"]', "expected a JSON object"),
     (json.dumps({"workload": "w", "prompt": "x"}), "field 'id'"),
     (json.dumps({"id": "z", "prompt": "x"}), "field 'workload'"),
