@@ -39,7 +39,6 @@ __all__ = ["GenerationStats", "GenerationResult", "SpeculativeGenerator", "gener
 _PLANTED_BUGS = (
     "accept_drafts",  # accept a drafted child whenever the target gives its token any probability
                       # (no sampling test), then sample the correction as usual
-    "chain_mask",     # each node attends to every earlier node, as if the tree were a chain
 )
 
 
@@ -80,11 +79,9 @@ class GenerationResult:
     stats: GenerationStats
 
 
-def _node_visibility(tree: DraftTree, chain_mask: bool = False) -> torch.Tensor:
+def _node_visibility(tree: DraftTree) -> torch.Tensor:
     """``visible[i, j]``: node i attends to node j (j is i or one of its ancestors)."""
     n = len(tree)
-    if chain_mask:  # planted bug
-        return torch.ones(n, n, dtype=torch.bool).tril()
     visible = torch.eye(n, dtype=torch.bool)
     for i, parent in enumerate(tree.parents):
         if parent >= 0:
@@ -221,7 +218,7 @@ class SpeculativeGenerator:
         """One target pass over ``pending`` + the tree; the rows ``verify`` takes:
         ``[len(tree) + 1, vocab]`` (row 0 after the last pending token, row i + 1 after node i)."""
         model = self.model
-        visible = _node_visibility(tree, chain_mask=self._bug == "chain_mask")
+        visible = _node_visibility(tree)
         mask = hf.attention_mask(cached, len(pending), visible, model.dtype, model.device)
         base = cached + len(pending) - 1  # position of the last pending token
         positions = list(range(cached, base + 1)) + [base + d for d in _depths(tree)]
