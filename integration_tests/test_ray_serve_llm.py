@@ -134,13 +134,16 @@ def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cl
     rest = [_chat(base, p) for p in PROMPTS[2:]]
     assert first + rest == reference
 
-    deadline = time.monotonic() + 60
+    # The replica's figures are refreshed by its engine steps, and Ray may take a while to
+    # restart the store on a busy machine: keep traffic going (outputs still unchanged) until
+    # the restart shows.
+    deadline = time.monotonic() + 180
     while True:
         figures = _figures(handle.specdraft_metrics.remote().result())
         if figures.get("specdraft:shared_cache_restarts_seen_total", 0) >= 1:
             break
         assert time.monotonic() < deadline, f"cache restart never seen: {figures}"
-        time.sleep(0.5)
+        assert _chat(base, PROMPTS[0]) == reference[0]
     print("\nreplica figures:", {k: v for k, v in figures.items() if "length" not in k})
     assert figures["specdraft:proposer_steps_total"] > 0
     assert figures["specdraft:draft_tokens_total"] > 0
