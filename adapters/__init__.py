@@ -30,17 +30,36 @@ def parse_version(version: str) -> tuple[int, int, int]:
     return tuple(int(g or 0) for g in m.groups())  # type: ignore[return-value]
 
 
-def supported_vllm_range() -> str:
+def _supported_range(table) -> str:
+    """``">=lo,<hi"`` spans of an adapter table; adjacent adapters read as one range."""
     def fmt(v: tuple[int, int, int]) -> str:
         return ".".join(map(str, v))
 
     spans: list[list[tuple[int, int, int]]] = []
-    for lo, hi, _ in sorted(VLLM_ADAPTERS):
-        if spans and spans[-1][1] == lo:  # adjacent adapters read as one range
+    for lo, hi, _ in sorted(table):
+        if spans and spans[-1][1] == lo:
             spans[-1][1] = hi
         else:
             spans.append([lo, hi])
     return ", ".join(f">={fmt(lo)},<{fmt(hi)}" for lo, hi in spans)
+
+
+def _adapter_name(table, engine: str, extra: str, version: str) -> str:
+    """The adapter module of ``table`` covering ``version``; UnsupportedEngineVersion naming the
+    supported range otherwise."""
+    v = parse_version(version)
+    for lo, hi, module in table:
+        if lo <= v < hi:
+            return module
+    raise UnsupportedEngineVersion(
+        f"specdraft supports {engine} {_supported_range(table)}; the installed {engine} is "
+        f"{version}. Install a supported version (pip install 'specdraft[{extra}]') or a "
+        f"specdraft release that supports {engine} {version}."
+    )
+
+
+def supported_vllm_range() -> str:
+    return _supported_range(VLLM_ADAPTERS)
 
 
 def installed_vllm_version() -> str:
@@ -52,15 +71,7 @@ def installed_vllm_version() -> str:
 
 
 def vllm_adapter_name(version: str) -> str:
-    v = parse_version(version)
-    for lo, hi, module in VLLM_ADAPTERS:
-        if lo <= v < hi:
-            return module
-    raise UnsupportedEngineVersion(
-        f"specdraft supports vLLM {supported_vllm_range()}; the installed vLLM is {version}. "
-        f"Install a supported version (pip install 'specdraft[vllm]') or a specdraft release "
-        f"that supports vLLM {version}."
-    )
+    return _adapter_name(VLLM_ADAPTERS, "vLLM", "vllm", version)
 
 
 def vllm_adapter(version: str | None = None) -> ModuleType:
@@ -76,10 +87,7 @@ SGLANG_ADAPTERS: tuple[tuple[tuple[int, int, int], tuple[int, int, int], str], .
 
 
 def supported_sglang_range() -> str:
-    def fmt(v: tuple[int, int, int]) -> str:
-        return ".".join(map(str, v))
-
-    return ", ".join(f">={fmt(lo)},<{fmt(hi)}" for lo, hi, _ in SGLANG_ADAPTERS)
+    return _supported_range(SGLANG_ADAPTERS)
 
 
 def installed_sglang_version() -> str:
@@ -89,15 +97,7 @@ def installed_sglang_version() -> str:
 
 
 def sglang_adapter_name(version: str) -> str:
-    v = parse_version(version)
-    for lo, hi, module in SGLANG_ADAPTERS:
-        if lo <= v < hi:
-            return module
-    raise UnsupportedEngineVersion(
-        f"specdraft supports SGLang {supported_sglang_range()}; the installed SGLang is {version}. "
-        f"Install a supported version (pip install 'specdraft[sglang]') or a specdraft release "
-        f"that supports SGLang {version}."
-    )
+    return _adapter_name(SGLANG_ADAPTERS, "SGLang", "sglang", version)
 
 
 def sglang_adapter(version: str | None = None) -> ModuleType:
