@@ -77,12 +77,17 @@ def test_options_file_and_inline_options_reach_the_config(model_path, tmp_path):
         build_config(model_path, {**spec_config(), "specdraft": str(bad)})
 
 
-def test_server_exits_with_the_message(model_path):
-    config = spec_config(strategy="beam")
+def start_server(model_path: str, config: dict) -> subprocess.CompletedProcess:
+    """vLLM's OpenAI server with this speculative config, run until it exits (these configs
+    make it exit at start-up)."""
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
            "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
            "--speculative-config", json.dumps(config)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def test_server_exits_with_the_message(model_path):
+    proc = start_server(model_path, spec_config(strategy="beam"))
     assert proc.returncode != 0
     output = proc.stderr + proc.stdout
     assert "SpecdraftConfigError: invalid specdraft option strategy='beam'" in output
@@ -130,11 +135,7 @@ def test_files_and_bounds_fail_startup(model_path, tmp_path, make, message):
 
 def test_server_exits_on_a_bad_corpus_line_before_any_engine_starts(model_path, tmp_path):
     corpus = _corpus(tmp_path, "corpus.jsonl", b'{"token_ids": [1, 2, 3]}\n\n{"text": 7}\n')
-    config = spec_config(corpus_files=[corpus])
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
-           "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
-           "--speculative-config", json.dumps(config)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = start_server(model_path, spec_config(corpus_files=[corpus]))
     assert proc.returncode != 0
     output = proc.stderr + proc.stdout
     assert (f"SpecdraftConfigError: invalid specdraft option corpus_files: {corpus}:3: expected "
