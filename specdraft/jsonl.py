@@ -1,12 +1,14 @@
 """The one reader of JSON Lines files (traces, corpora, workloads): every problem names path:line.
 
 ``read_jsonl`` yields ``(line number, value)`` for each non-blank line and raises ``JsonlError``
-("PATH:LINE: ...") for bytes that are not UTF-8 and for text that is not JSON. Callers check
+("PATH:LINE: ...")
+from a plain or gzipped (``.gz``) file for bytes that are not UTF-8 and for text that is not JSON. Callers check
 their own fields and prefix the same ``PATH:LINE`` (``located``), so every error points at a line.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from typing import Any, Iterator
@@ -20,7 +22,8 @@ class JsonlError(ValueError):
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
     path = os.fspath(path)
-    with open(path, "rb") as fh:
+    opener = gzip.open if path.endswith(".gz") else open  # committed traces are gzipped
+    with opener(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
                 line = raw.decode("utf-8")

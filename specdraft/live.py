@@ -192,14 +192,14 @@ def engine_log(path: str | os.PathLike | None):
 
 
 def make_llm(model: str, speculative_config: dict | None, *, max_model_len: int = 2048,
-             max_num_seqs: int = 8, seed: int = 0, **kwargs):
+             max_num_seqs: int = 8, seed: int = 0, dtype: str = "float32", **kwargs):
     engine_env()
     from vllm import LLM
     if speculative_config is not None:
         # per-request counters: vLLM's Prometheus registry is per process, so with several
         # engines in one process only the last one's global counters survive
         kwargs.setdefault("per_request_spec_decode_metrics", "summary")
-    return LLM(model=model, dtype="float32", enforce_eager=True, max_model_len=max_model_len,
+    return LLM(model=model, dtype=dtype, enforce_eager=True, max_model_len=max_model_len,
                max_num_seqs=max_num_seqs, seed=seed, speculative_config=speculative_config,
                disable_log_stats=False, **kwargs)
 
