@@ -86,7 +86,13 @@ SOURCE_FIELDS = (
      ("sampling_params", "output_token_ids")),
     ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner",
      ("input_batch", "requests", "max_model_len", "num_spec_tokens", "drafter")),
-    ("vllm/engine/arg_utils.py", "EngineArgs", ("speculative_config",)),
+    ("vllm/engine/arg_utils.py", "EngineArgs",
+     ("speculative_config", "per_request_spec_decode_metrics")),
+    ("vllm/config/speculative.py", "SpeculativeConfig", ("target_model_config",)),
+    ("vllm/config/model.py", "ModelConfig", ("served_model_name", "model", "max_model_len")),
+    # what the benchmarks read from generate() outputs (request_spec_counters)
+    ("vllm/outputs.py", "CompletionOutput", ("token_ids", "spec_decode_metrics")),
+    ("vllm/v1/metrics/stats.py", "RequestSpecDecodeMetrics", ("histogram", "num_draft_tokens")),
 )
 # The custom_class call site in GPUModelRunner.propose_draft_token_ids: the drafter's propose is
 # called with these arguments (source text), which propose_arguments() reads by PROPOSE_PARAMS.
@@ -763,3 +769,52 @@ def benchmark_step_view(input_batch: BatchStandIn, scheduled_spec_decode_tokens:
 
 def benchmark_step_begin(finished: list[tuple[str, bool]], num_scheduled_tokens: int) -> StepBegin:
     return StepBegin(finished, num_scheduled_tokens, time.perf_counter())
+
+
+# ---------------------------------------------------------------------------------------------
+# What the serving surface and the benchmarks read from vLLM's config, outputs and metrics
+# ---------------------------------------------------------------------------------------------
+# vLLM's own spec-decode counters (Prometheus names) -> the benchmarks' names
+SPEC_METRICS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "drafted_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+}
+# engine arguments that make generate() outputs carry per-request spec-decode figures (vLLM's
+# Prometheus registry is per process: with several engines in one process only the last one's
+# global counters survive, so the benchmarks count per request)
+PER_REQUEST_METRICS_ARGS = {"per_request_spec_decode_metrics": "summary"}
+
+
+def served_model_name(spec_config: Any) -> str:
+    """The name the target is served under (the first of several), else its model path."""
+    target = getattr(spec_config, "target_model_config", None)
+    served = getattr(target, "served_model_name", None) or getattr(target, "model", "") or ""
+    if isinstance(served, (list, tuple)):
+        served = served[0] if served else ""
+    return str(served)
+
+
+def engine_spec_counters(metrics: Any) -> dict[str, int]:
+    """vLLM's spec-decode counters from ``LLM.get_metrics()``, summed over labels."""
+    out = {v: 0 for v in SPEC_METRICS.values()}
+    for m in metrics:
+        key = SPEC_METRICS.get(getattr(m, "name", None))
+        if key is not None:
+            out[key] += int(getattr(m, "value", 0))
+    return out
+
+
+def request_spec_counters(outputs: Any) -> dict[str, int]:
+    """drafts (verify steps with a draft), drafted and accepted tokens, summed over
+    ``generate()`` outputs (``RequestSpecDecodeMetrics``: a histogram of accepted draft tokens
+    per verify step; zero for an engine without speculation)."""
+    c = {v: 0 for v in SPEC_METRICS.values()}
+    for o in outputs:
+        m = getattr(o.outputs[0], "spec_decode_metrics", None)
+        if m is None:
+            continue
+        c["drafts"] += sum(m.histogram)
+        c["accepted_tokens"] += sum(j * n for j, n in enumerate(m.histogram))
+        c["drafted_tokens"] += m.num_draft_tokens
+    return c

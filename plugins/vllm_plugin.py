@@ -113,11 +113,7 @@ def prepare_speculative_config(spec_config: Any, raw_options: Any, given: bool) 
     options = cls.resolve_options(proposers.load_options(raw_options))
     check_engine_fit(spec_config, options)
     metrics_dir = vllm_metrics.new_metrics_dir()
-    target = getattr(spec_config, "target_model_config", None)
-    served = getattr(target, "served_model_name", None) or getattr(target, "model", "") or ""
-    if isinstance(served, (list, tuple)):
-        served = served[0] if served else ""
-    labels = {"model_name": str(served), "proposer": cls.__name__}
+    labels = {"model_name": adapter.served_model_name(spec_config), "proposer": cls.__name__}
     vllm_metrics.SpecdraftCollector.add_source(metrics_dir, labels)
     adapter.attach(spec_config, options, metrics_dir)
     from specdraft.proposers.config import request_options

@@ -116,7 +116,7 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
                         outs.extend(one.outputs)
                         secs += one.seconds
                         per_req.append(one.counters)
-                    totals = {k: sum(c[k] for c in per_req) for k in live.SPEC_COUNTERS.values()}
+                    totals = {k: sum(c[k] for c in per_req) for k in live.COUNTER_KEYS}
                     res = live.RunResult(outs, secs, dict(totals, per_request=per_req))
                 else:
                     res = live.generate(llm, prompts, maxes, ignore_eos=ignore_eos)
@@ -148,11 +148,11 @@ def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
     ref = reference if reference is not None else base[0].outputs
     table = {}
     for m, rs in runs.items():
-        c = {k: sum(x.counters.get(k, 0) for x in rs) for k in live.SPEC_COUNTERS.values()}
+        c = {k: sum(x.counters.get(k, 0) for x in rs) for k in live.COUNTER_KEYS}
         tps = [x.tokens / x.seconds for x in rs]
         per_round = []
         for b, x in zip(base, rs):
-            rc = {k: x.counters.get(k, 0) for k in live.SPEC_COUNTERS.values()}
+            rc = {k: x.counters.get(k, 0) for k in live.COUNTER_KEYS}
             per_round.append({"tokens_per_s": x.tokens / x.seconds, "seconds": x.seconds,
                               "speedup": b.seconds / x.seconds,
                               "mean_acceptance_length": mean_acceptance_length(rc), **rc,

@@ -18,11 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SPEC_COUNTERS = {
-    "vllm:spec_decode_num_drafts": "drafts",
-    "vllm:spec_decode_num_draft_tokens": "drafted_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
-}
+# the spec-decode counters every benchmark reports (what vLLM calls them: the adapter)
+COUNTER_KEYS = ("drafts", "drafted_tokens", "accepted_tokens")
 
 
 def method_configs(k: int = 16) -> dict[str, dict | None]:
@@ -196,9 +193,9 @@ def make_llm(model: str, speculative_config: dict | None, *, max_model_len: int 
     engine_env()
     from vllm import LLM
     if speculative_config is not None:
-        # per-request counters: vLLM's Prometheus registry is per process, so with several
-        # engines in one process only the last one's global counters survive
-        kwargs.setdefault("per_request_spec_decode_metrics", "summary")
+        from specdraft.adapters import vllm_adapter
+        for k, v in vllm_adapter().PER_REQUEST_METRICS_ARGS.items():
+            kwargs.setdefault(k, v)
     return LLM(model=model, dtype=dtype, enforce_eager=True, max_model_len=max_model_len,
                max_num_seqs=max_num_seqs, seed=seed, speculative_config=speculative_config,
                disable_log_stats=False, **kwargs)
@@ -221,12 +218,8 @@ def reset_cross_request_state(llm) -> dict:
 
 def spec_counters(llm) -> dict[str, int]:
     """vLLM's own spec-decode counters, summed over labels."""
-    out = {v: 0 for v in SPEC_COUNTERS.values()}
-    for m in llm.get_metrics():
-        key = SPEC_COUNTERS.get(m.name)
-        if key is not None:
-            out[key] += int(getattr(m, "value", 0))
-    return out
+    from specdraft.adapters import vllm_adapter
+    return vllm_adapter().engine_spec_counters(llm.get_metrics())
 
 
 @dataclass
@@ -255,17 +248,9 @@ def generate(llm, prompts: list[list[int]], max_tokens: int | list[int], tempera
 
 
 def request_counters(outs) -> dict[str, int]:
-    """drafts (verify steps with a draft), drafted and accepted tokens, from vLLM's per-request
-    spec-decode metrics (zero for an engine without speculation)."""
-    c = {v: 0 for v in SPEC_COUNTERS.values()}
-    for o in outs:
-        m = getattr(o.outputs[0], "spec_decode_metrics", None)
-        if m is None:
-            continue
-        c["drafts"] += sum(m.histogram)
-        c["accepted_tokens"] += sum(j * n for j, n in enumerate(m.histogram))
-        c["drafted_tokens"] += m.num_draft_tokens
-    return c
+    """drafts (verify steps with a draft), drafted and accepted tokens of ``generate()`` outputs."""
+    from specdraft.adapters import vllm_adapter
+    return vllm_adapter().request_spec_counters(outs)
 
 
 def cpu_pressure() -> str | None:
