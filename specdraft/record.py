@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     path = resolve_model(args.model)
     print(f"[record] model {args.model} ({path})", flush=True)
     try:
-        print(f"[record] {live.plan_engines(path, 1).describe()}", flush=True)
+        print(f"[record] {live.plan_engines(path, 1, args.dtype).describe()}", flush=True)
     except live.MemoryPlanError as e:
         print(f"specdraft record: {e}", file=sys.stderr)
         return 2
