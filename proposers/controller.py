@@ -127,6 +127,20 @@ def parameter_count(hidden_size: int, num_layers: int, intermediate_size: int, v
     return num_layers * per_layer + (1 if tied_embeddings else 2) * vocab_size * h
 
 
+def preset_for_config(config) -> str:
+    """small / medium / large from a Hugging Face model config (``medium`` if it lacks sizes)."""
+    cfg = getattr(config, "text_config", None) or config  # multimodal: the language model
+    try:
+        n = parameter_count(int(cfg.hidden_size), int(cfg.num_hidden_layers),
+                            int(cfg.intermediate_size), int(cfg.vocab_size),
+                            getattr(cfg, "num_attention_heads", None),
+                            getattr(cfg, "num_key_value_heads", None),
+                            bool(getattr(cfg, "tie_word_embeddings", False)))
+    except (AttributeError, TypeError, ValueError):
+        return "medium"
+    return preset_for_parameters(n)
+
+
 def cost_spec(model) -> tuple[tuple[float, ...], list[tuple[float, float]]]:
     """(the seven parameters, curve points) of a preset name, a curve or a parameter dict."""
     if isinstance(model, str):

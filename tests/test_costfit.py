@@ -79,3 +79,17 @@ def test_preset_from_model_config(config, preset):
 def test_parameter_count_is_close_for_a_known_model():
     n = parameter_count(4096, 32, 14336, 128256, 32, 8, False)  # Llama-3.1-8B: 8.03e9
     assert 7.9e9 < n < 8.1e9
+
+
+def test_preset_from_a_transformers_config():
+    from transformers import LlamaConfig
+
+    from specdraft.proposers.controller import preset_for_config
+    assert preset_for_config(LlamaConfig()) == "medium"  # the 7B default shape
+    big = LlamaConfig(hidden_size=8192, num_hidden_layers=80, intermediate_size=28672,
+                      num_attention_heads=64, num_key_value_heads=8)
+    assert preset_for_config(big) == "large"
+    small = LlamaConfig(hidden_size=576, num_hidden_layers=30, intermediate_size=1536,
+                        vocab_size=49152, num_attention_heads=9, num_key_value_heads=3)
+    assert preset_for_config(small) == "small"  # SmolLM2-135M
+    assert preset_for_config(object()) == "medium"  # no sizes: the middle
