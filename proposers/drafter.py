@@ -269,8 +269,12 @@ class SpecDrafter:
     def draft(self, req_id, budget: int | None = None) -> DraftTree:
         return self.draft_batch([req_id], budget)[0]
 
-    def draft_batch(self, req_ids: Sequence, max_budget: int | None = None) -> list[DraftTree]:
-        """Drafts for a batch, sized together by the controller; each has <= max_budget nodes."""
+    def draft_batch(self, req_ids: Sequence, max_budget: int | None = None,
+                    batch: tuple | None = None) -> list[DraftTree]:
+        """Drafts for a batch, sized together by the controller; each has <= max_budget nodes.
+
+        ``batch`` = (requests, sum of contexts, longest context) of the whole verification pass
+        when it holds more than these requests (default: these requests, their contexts)."""
         budget = 16 if max_budget is None else max_budget
         if budget < 0:
             raise ValueError(f"max_budget must be >= 0, got {budget}")
@@ -286,7 +290,7 @@ class SpecDrafter:
                 trees.append(t)
             if self.controller is not None:
                 counts = self.controller.choose(handles, [(t.parents, t.probs) for t in trees],
-                                                [self.core.num_tokens(h) for h in handles])
+                                                [self.core.num_tokens(h) for h in handles], batch)
                 trees = [t.truncate(k) for t, k in zip(trees, counts)]
                 for h, t in zip(handles, trees):
                     self.controller.sent(h, t.best_path().probs if not t.is_chain() else t.probs)
