@@ -93,3 +93,16 @@ def test_preset_from_a_transformers_config():
                         vocab_size=49152, num_attention_heads=9, num_key_value_heads=3)
     assert preset_for_config(small) == "small"  # SmolLM2-135M
     assert preset_for_config(object()) == "medium"  # no sizes: the middle
+
+
+def test_step_timings_correct_a_preset_for_the_batch_last_sized():
+    cm = CostModel("medium")
+    c = DraftLengthController(cm)
+    shape = (64, 64 * 2048.0, 2048.0)
+    before = cm.cost(512, *shape) / cm.cost(64, *shape)
+    for _ in range(50):
+        c.choose(list(range(64)), [_chain(0.8)] * 64, [2048] * 64)  # the batch the passes ran
+        cm.observe(64, 0.010)
+        cm.observe(512, 0.010 * 2 * before)  # measured: twice the predicted ratio at 512 tokens
+    after = cm.cost(512, *shape) / cm.cost(64, *shape)
+    assert 1.6 * before < after < 2.1 * before  # the prior keeps part of the preset
