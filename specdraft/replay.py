@@ -564,23 +564,29 @@ def markdown_table(out: dict) -> str:
 
 def summary_table(out: dict, ours: str = "specdraft-suffix", peer: str = "arctic-suffix",
                   other: str = "vllm-ngram") -> str:
-    """Per workload: the default strategy against arctic (and vLLM ngram)."""
+    """Per workload: the default strategy against arctic (and vLLM ngram), and the default's
+    estimated speedup and draft tokens per step at each batch size."""
     bs = out["settings"]["batches"]
-    head = ["workload", f"{ours} tokens/pass", f"{peer} tokens/pass", "ratio", f"{other} tokens/pass",
-            f"{ours} MAL", f"{peer} MAL", f"{ours} drafted/acc", f"{peer} drafted/acc"] + \
-        [f"{ours} est x b{b}" for b in bs]
+    at = " / ".join(f"b{b}" for b in bs)
+    head = ["workload", f"tokens/pass: {ours} / {peer} / {other}", "ratio to arctic",
+            f"MAL: {ours} / {peer}", f"drafted/acc: {ours} / {peer}",
+            f"{ours} est x {at}", f"{ours} drafted/step {at}"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def get(a, key):
+        return None if a is None else a[key]
+
     for w, methods in out["results"].items():
         a, p, o = methods.get(ours), methods.get(peer), methods.get(other)
         if a is None:
             continue
-        tp = lambda x: None if x is None else x["tokens_per_pass"]  # noqa: E731
         ratio = a["tokens_per_pass"] / p["tokens_per_pass"] if p else None
-        rows.append("| " + " | ".join(
-            [w, _f(tp(a)), _f(tp(p)), _f(ratio), _f(tp(o)), _f(a["mean_acceptance_length"]),
-             _f(p and p["mean_acceptance_length"]), _f(a["drafted_per_accepted"]),
-             _f(p and p["drafted_per_accepted"])]
-            + [f"{a['batch'][str(b)]['est_speedup']:.2f}" for b in bs]) + " |")
+        rows.append("| " + " | ".join([
+            w, " / ".join(_f(get(x, "tokens_per_pass")) for x in (a, p, o)), _f(ratio),
+            " / ".join(_f(get(x, "mean_acceptance_length")) for x in (a, p)),
+            " / ".join(_f(get(x, "drafted_per_accepted")) for x in (a, p)),
+            " / ".join(f"{a['batch'][str(b)]['est_speedup']:.2f}" for b in bs),
+            " / ".join(f"{a['batch'][str(b)]['drafted_per_step']:.2f}" for b in bs)]) + " |")
     return "\n".join(rows)
 
 

@@ -81,17 +81,19 @@ def test_parameter_count_is_close_for_a_known_model():
     assert 7.9e9 < n < 8.1e9
 
 
-def test_preset_from_a_transformers_config():
-    from transformers import LlamaConfig
+def test_preset_from_a_hugging_face_config():
+    """Attributes as transformers' configs name them (a multimodal one nests the language model)."""
+    from types import SimpleNamespace as NS
 
     from specdraft.proposers.controller import preset_for_config
-    assert preset_for_config(LlamaConfig()) == "medium"  # the 7B default shape
-    big = LlamaConfig(hidden_size=8192, num_hidden_layers=80, intermediate_size=28672,
-                      num_attention_heads=64, num_key_value_heads=8)
-    assert preset_for_config(big) == "large"
-    small = LlamaConfig(hidden_size=576, num_hidden_layers=30, intermediate_size=1536,
-                        vocab_size=49152, num_attention_heads=9, num_key_value_heads=3)
-    assert preset_for_config(small) == "small"  # SmolLM2-135M
+
+    def cfg(h, layers, inter, vocab, heads, kv, tied=False):
+        return NS(hidden_size=h, num_hidden_layers=layers, intermediate_size=inter, vocab_size=vocab,
+                  num_attention_heads=heads, num_key_value_heads=kv, tie_word_embeddings=tied)
+    assert preset_for_config(cfg(4096, 32, 11008, 32000, 32, 32)) == "medium"  # Llama-2-7B
+    assert preset_for_config(cfg(8192, 80, 28672, 128256, 64, 8)) == "large"
+    assert preset_for_config(cfg(576, 30, 1536, 49152, 9, 3, True)) == "small"  # SmolLM2-135M
+    assert preset_for_config(NS(text_config=cfg(8192, 80, 28672, 128256, 64, 8))) == "large"
     assert preset_for_config(object()) == "medium"  # no sizes: the middle
 
 
