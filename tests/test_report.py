@@ -41,4 +41,4 @@ def test_replay_blocks_come_from_the_replay_json(tmp_path):
             "<!-- generated: replay-summary r.json -->\n<!-- end generated -->\n")
     new = report.render(text, tmp_path)
     assert markdown_table(json.loads(json.dumps(out))) in new and "stale" not in new
-    assert "cost model `small`" in new and "specdraft-suffix est x b2" in new
+    assert "cost model `small`" in new and "specdraft-suffix est x b1 / b2" in new
