@@ -187,3 +187,11 @@ def test_replay_cli_refuses_bad_values_and_non_utf8(tmp_path, capsys):
     assert main(["--traces", str(latin), "--json", str(tmp_path / "x.json")]) == 2
     assert f"{latin}:2: not UTF-8" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("model, preset", [("qwen2.5-coder-1.5b", "small"), ("smollm2-135m", "small"),
+                                           ("meta-llama/Llama-3.1-8B", "medium"),
+                                           ("Qwen/Qwen2.5-32B-Instruct", "large"), ("mystery", "medium")])
+def test_default_cost_model_follows_the_trace_model_size(model, preset):
+    from specdraft.replay import default_cost_model
+    assert default_cost_model([{"model": model}]) == preset
