@@ -108,3 +108,20 @@ def test_step_timings_correct_a_preset_for_the_batch_last_sized():
         cm.observe(512, 0.010 * 2 * before)  # measured: twice the predicted ratio at 512 tokens
     after = cm.cost(512, *shape) / cm.cost(64, *shape)
     assert 1.6 * before < after < 2.1 * before  # the prior keeps part of the preset
+
+
+def test_vllm_adapter_picks_the_preset_of_the_target(monkeypatch):
+    """On a GPU the adapter reads the target's HF config; on CPU the dtype decides (as before)."""
+    from types import SimpleNamespace as NS
+
+    import torch
+    from vllm.platforms import current_platform
+
+    from specdraft.adapters import vllm_v0_32 as adapter
+    big = NS(hidden_size=5120, num_hidden_layers=64, intermediate_size=27648, vocab_size=152064,
+             num_attention_heads=40, num_key_value_heads=8, tie_word_embeddings=False)
+    cfg = NS(model_config=NS(hf_config=big, dtype=torch.bfloat16))
+    monkeypatch.setattr(current_platform, "is_cpu", lambda: False)
+    assert adapter.cost_model_preset(cfg) == "large"
+    monkeypatch.setattr(current_platform, "is_cpu", lambda: True)
+    assert adapter.cost_model_preset(cfg) == "cpu-bf16"
