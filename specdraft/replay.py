@@ -256,7 +256,6 @@ def _specdraft(name: str, chain_only: bool = False, **options):
         if cost_model is not None:
             opts["cost_model"] = cost_model
         return SpecdraftMethod(name, opts, chain_only=chain_only)
-    make.adaptive = options.get("adaptive", True)  # its controller needs the cost curve
     return make
 
 

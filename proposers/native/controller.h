@@ -1,6 +1,6 @@
 // Adaptive draft length: native twin of proposers/controller.py (CostModel, DraftLengthController).
 //
-// The Python module is the specification (the model, calibration and cost curve are explained
+// The Python module is the specification (the model, calibration and cost model are explained
 // there); tests/test_step_twin.py checks that both choose the same lengths on random inputs.
 // Every arithmetic step is written in the Python file's order, so results agree to the bit.
 #pragma once
