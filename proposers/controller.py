@@ -34,7 +34,7 @@ Measured pass times (``benchmarks/data/h200_cost_curve.md``, a copy of
 ``../shared/data/h200_cost_curve.md``: one H200, the shapes of Qwen2.5-1.5B, Llama-3.1-8B and
 Qwen2.5-32B, batch 1-256, 1-32 tokens per request, contexts 2,048 and 8,192) are not a function
 of T alone: at the same T = 256 an 8B pass costs 10.3 ms at B=16, q=16 and 23.6 ms at B=256,
-q=1. The GPU model has three parts::
+q=1. The GPU model has a fixed part and three that grow::
 
     c(B, T, S) = fixed
                + kv * max(S, kv_min_batch * L_max)           KV read
