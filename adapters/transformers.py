@@ -128,9 +128,12 @@ def keep_in_cache(cache, start: int, keep: Sequence[int]) -> None:
 
 
 def default_cost_model(model) -> str:
-    """The verification cost curve for the model's device and dtype (see proposers/controller.py)."""
+    """The verification cost model for the model's device and dtype, or on a GPU its size (see
+    proposers/controller.py)."""
     if model.device.type != "cpu":
-        return "gpu"
+        from specdraft.proposers.controller import preset_for_config
+
+        return preset_for_config(model.config)
     return "cpu-fp32" if model.dtype == torch.float32 else "cpu-bf16"
 
 

@@ -152,11 +152,14 @@ def engine_facts(vllm_config: Any) -> EngineFacts:
 
 
 def cost_model_preset(vllm_config: Any) -> str:
-    """specdraft's verification-cost prior for this engine's device and dtype."""
+    """specdraft's verification-cost prior: on CPU the curve of the dtype, on a GPU the preset of
+    the target's size (parameters estimated from its Hugging Face config)."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
-        return "gpu"
+        from specdraft.proposers.controller import preset_for_config
+
+        return preset_for_config(getattr(vllm_config.model_config, "hf_config", None))
     import torch
 
     dtype = getattr(vllm_config.model_config, "dtype", None)

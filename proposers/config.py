@@ -12,9 +12,9 @@ import json
 from typing import Any
 
 from specdraft.proposers.base import SpecdraftConfigError
+from specdraft.proposers.controller import COST_MODELS, PARAMS as COST_PARAMS
 
 STRATEGIES = ("suffix", "tree", "lookup")
-COST_MODELS = ("gpu", "cpu-bf16", "cpu-fp32")
 # The native index numbers its nodes with int32 and a cached token takes ~3.5 nodes: 2**29 tokens
 # keep node ids in range (and the Python twin to the same bound).
 MAX_GLOBAL_CACHE_TOKENS = 2**29
@@ -33,7 +33,9 @@ class DrafterConfig:
     lookup_min: int = 2                # lookup: shortest n-gram to match
     lookup_max: int = 5                # lookup: longest n-gram to match
     adaptive: bool = True              # adaptive draft length (off: always draft the budget)
-    cost_model: Any = "gpu"            # verification cost curve: a preset or [[tokens, cost], ...]
+    cost_model: Any = "medium"         # verification cost: a preset (small, medium, large: GPU
+    #                                    model sizes; cpu-bf16, cpu-fp32), [[tokens, cost], ...]
+    #                                    or {fixed, kv, ...} (see specdraft.proposers.controller)
     calibration_prior: float = 8.0     # pseudo-observations behind each probability bin
     request_prior: float = 1.0         # pseudo-observations behind each request's acceptance factor
     request_decay: float = 0.9         # weight kept by old evidence at each new observation
@@ -104,12 +106,16 @@ class DrafterConfig:
         need(is_int(self.lookup_max) and self.lookup_min <= self.lookup_max <= 64, "lookup_max",
              "an integer in [lookup_min, 64]")
         need(isinstance(self.adaptive, bool), "adaptive", "true or false")
-        ok_curve = self.cost_model in COST_MODELS or (
-            isinstance(self.cost_model, (list, tuple)) and len(self.cost_model) >= 2 and all(
+        cm = self.cost_model
+        ok_cost = (isinstance(cm, str) and cm in COST_MODELS) or (
+            isinstance(cm, (list, tuple)) and len(cm) >= 2 and all(
                 isinstance(p, (list, tuple)) and len(p) == 2 and is_num(p[0]) and is_num(p[1])
-                and p[0] >= 1 and p[1] > 0 for p in self.cost_model))
-        need(ok_curve, "cost_model",
-             f"{' | '.join(map(repr, COST_MODELS))} or a list of [tokens >= 1, cost > 0] points")
+                and p[0] >= 1 and p[1] > 0 for p in cm)) or (
+            isinstance(cm, dict) and set(cm) == set(COST_PARAMS)
+            and all(is_num(v) and v >= 0 for v in cm.values()) and cm["fixed"] > 0)
+        need(ok_cost, "cost_model",
+             f"{' | '.join(map(repr, COST_MODELS))}, a list of [tokens >= 1, cost > 0] points, or "
+             f"an object with the numbers {', '.join(COST_PARAMS)} (all >= 0, fixed > 0)")
         need(is_num(self.calibration_prior) and self.calibration_prior > 0, "calibration_prior",
              "a number > 0")
         need(is_num(self.request_prior) and self.request_prior > 0, "request_prior", "a number > 0")

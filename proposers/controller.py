@@ -2,18 +2,21 @@
 
 The model
 ---------
-One verification pass scores ``T = B + sum(k_r)`` tokens for a batch of B requests that drafted
-k_r tokens each, and costs ``c(T)`` (the cost curve). It emits ``B + sum_r E_r(k_r)`` tokens in
-expectation, where ``E_r(k)`` is the sum of the path acceptance probabilities of the first k draft
-nodes of request r. The controller picks the k_r that maximise expected tokens per unit cost,
+One verification pass of a batch of B requests (contexts L_r, S = sum L_r) that drafted k_r
+tokens each scores ``T = B + sum(k_r)`` tokens and costs ``c(B, T, S)`` (the cost model below).
+It emits ``B + sum_r E_r(k_r)`` tokens in expectation, where ``E_r(k)`` is the sum of the path
+acceptance probabilities of the first k draft nodes of request r. The controller picks the k_r
+that maximise expected tokens per unit cost of the whole batch step,
 
-    (B + sum_r E_r(k_r)) / c(B + sum_r k_r).
+    (B + sum_r E_r(k_r)) / c(B, B + sum_r k_r, S).
 
-Draft nodes arrive best-first, so each request's marginal gains (its nodes' path probabilities)
-are taken in order, made non-increasing, merged across the batch, and the best prefix of the
-merged list is chosen: for every total T that is the largest achievable numerator, and the
-controller keeps the T with the best ratio. When the batch is compute-bound, c grows linearly
-and no token with gain < 1 pays for itself, so nothing is drafted.
+B and the contexts are fixed for the step; only T varies. Draft nodes arrive best-first, so each
+request's marginal gains (its nodes' path probabilities) are taken in order, made non-increasing,
+merged across the batch, and the best prefix of the merged list is chosen: for every total T that
+is the largest achievable numerator, and the controller keeps the T with the best ratio. When the
+batch is compute-bound, c grows linearly in T and no token with a small gain pays for itself, so
+little or nothing is drafted. The batch is every request in the step, drafting or not (a row the
+engine lets no draft still costs its token and its KV read).
 
 Acceptance probabilities
 ------------------------
@@ -25,13 +28,51 @@ factor, (accepted + prior) / (expected + prior) over its recent drafts (old evid
 stops drafting. While it does not draft its evidence decays by ``idle_decay`` per step, so the
 factor drifts back to 1 and drafting is tried again ("until evidence returns").
 
-Cost curve
-----------
-Presets hold relative pass costs measured per tokens scored (``gpu``: memory-bound until 128
-tokens, then linear; ``cpu-bf16`` and ``cpu-fp32``: measured on a 2-core AVX-512 machine, see
-NOTES). Step timings reported by the adapter correct the curve online: each power-of-two bucket of
-T keeps an average of observed / predicted, applied as a multiplicative correction (only the
-shape matters: the ratio is scale-free).
+Verification cost
+-----------------
+Measured pass times (``benchmarks/data/h200_cost_curve.md``, a copy of
+``../shared/data/h200_cost_curve.md``: one H200, the shapes of Qwen2.5-1.5B, Llama-3.1-8B and
+Qwen2.5-32B, batch 1-256, 1-32 tokens per request, contexts 2,048 and 8,192) are not a function
+of T alone: at the same T = 256 an 8B pass costs 10.3 ms at B=16, q=16 and 23.6 ms at B=256,
+q=1. The GPU model has a fixed part and three that grow::
+
+    c(B, T, S) = fixed
+               + kv * max(S, kv_min_batch * L_max)           KV read
+               + attention * (S / B) * T                     attention compute
+               + slope * (sqrt((T - knee)^2 + width^2) + (T - knee)) / 2     dense (GEMMs)
+
+- the KV read grows with the batch's context S = sum L_r; below ``kv_min_batch`` requests one
+  long request's read is latency-bound (a flash call over few heads does not fill the GPU), so
+  the term never falls below that of ``kv_min_batch`` requests as long as the longest, L_max;
+- attention compute grows with context x tokens scored, sum_r L_r q_r, taken as (S / B) * T
+  (exact when contexts are equal; it keeps the cost a function of T for a fixed batch);
+- the dense part is flat while the GEMMs are memory-bound and linear (``slope`` per token) once
+  they turn compute-bound, around ``knee`` tokens, with a smooth bend of ``width`` tokens.
+
+``specdraft/costfit.py`` fits the parameters per model shape (``python -m specdraft.costfit``;
+tests/test_costfit.py re-fits and checks the presets below): a linear least-squares fit of the
+relative error for fixed/kv/attention/slope on a grid of kv_min_batch, knee and width. Only
+passes scoring q >= 2 tokens per request are fitted: the data's q = 1 column ran another
+attention kernel (a plain decode path), so part of its q=1 -> q=2 step is a kernel change.
+A step without drafts is costed with the same formula at T = B: with speculation on, an engine
+sends every row through the same verification kernels, drafted or not. Relative error of the
+fit (q >= 2, max / median): small 8.0% / 1.2%, medium 3.9% / 0.9%, large 5.3% / 1.0%; the
+q = 1 cells, not fitted, are over-predicted by up to 123% / 61% / 27% (median 30% / 11% / 7%).
+
+Presets: ``small`` (Qwen2.5-1.5B shape, for models under ~3.5B parameters), ``medium``
+(Llama-3.1-8B, up to ~16B), ``large`` (Qwen2.5-32B); ``gpu`` is an alias of ``medium`` (its old
+one-curve meaning is gone). ``preset_for_parameters`` maps a parameter count to a preset (the
+vLLM adapter estimates it from the model's config). ``cpu-bf16`` and ``cpu-fp32`` are curves in
+T only: relative cost of one pass appending k tokens, measured at batch 1 with SmolLM2-135M
+(context 512) on a 2-core AVX-512 machine (time(k) / time(1) at k = 2, 4, 8, 16, 32, 64: bf16
+0.92, 0.96, 1.06, 1.24, 1.64, 2.59; fp32 1.56, 1.54, 1.50, 1.83, 2.52, 3.78; the presets
+smooth these). A list of [tokens, cost] points is such a curve too; a dict of the seven
+parameters above is a custom model (fit one with ``specdraft.costfit`` on other measurements).
+
+Step timings reported by the adapter correct the model online: each power-of-two bucket of T
+keeps an average of observed / predicted (predicted for the batch last sized, unless the caller
+says which batch ran), applied as a multiplicative correction relative to the lowest bucket
+observed (only the shape matters: the ratio is scale-free).
 
 Everything is deterministic given the same calls in the same order (trace replay relies on it).
 """
@@ -41,30 +82,96 @@ from __future__ import annotations
 import bisect
 import math
 
+# Fitted by specdraft/costfit.py to benchmarks/data/h200_cost_curve.md (ms per pass; only ratios
+# matter to the controller). tests/test_costfit.py re-fits and compares.
+PRESETS = {
+    "small": {"fixed": 2.127, "kv": 7.069e-06, "kv_min_batch": 48.0, "attention": 8.171e-08,
+              "slope": 0.006923, "knee": 152.0, "width": 256.0},     # Qwen2.5-1.5B shape
+    "medium": {"fixed": 5.213, "kv": 3.217e-05, "kv_min_batch": 12.0, "attention": 2.413e-08,
+               "slope": 0.02783, "knee": 140.0, "width": 128.0},     # Llama-3.1-8B shape
+    "large": {"fixed": 19.17, "kv": 6.096e-05, "kv_min_batch": 12.0, "attention": 1.178e-06,
+              "slope": 0.1111, "knee": 128.0, "width": 64.0},        # Qwen2.5-32B shape
+}
+PARAMS = ("fixed", "kv", "kv_min_batch", "attention", "slope", "knee", "width")
 CURVES = {
-    # tokens scored in one pass -> relative cost of the pass
-    "gpu": [(1, 1.0), (16, 1.0), (64, 1.05), (128, 1.15), (256, 1.9), (512, 3.6), (1024, 7.0)],
+    # tokens scored in one pass -> relative cost of the pass (batch 1, CPU)
     "cpu-bf16": [(1, 1.0), (2, 1.0), (4, 1.0), (8, 1.06), (16, 1.24), (32, 1.64), (64, 2.59),
                  (128, 4.6)],
     "cpu-fp32": [(1, 1.0), (2, 1.56), (4, 1.56), (8, 1.56), (16, 1.83), (32, 2.52), (64, 3.78),
                  (128, 6.6)],
 }
+ALIASES = {"gpu": "medium"}  # the name of the former single GPU curve
+COST_MODELS = tuple(PRESETS) + tuple(CURVES) + tuple(ALIASES)
+# parameter counts between the fitted shapes (geometric means of 1.5B, 8B and 32B)
+_SIZE_LIMITS = ((3.5e9, "small"), (16e9, "medium"))
 
 _NUM_BINS = 20
 _MAX_PROB = 0.995
 
 
+def preset_for_parameters(num_params: float) -> str:
+    """The GPU preset for a model of ``num_params`` parameters."""
+    for limit, name in _SIZE_LIMITS:
+        if num_params < limit:
+            return name
+    return "large"
+
+
+def parameter_count(hidden_size: int, num_layers: int, intermediate_size: int, vocab_size: int,
+                    num_heads: int | None = None, num_kv_heads: int | None = None,
+                    tied_embeddings: bool = False) -> float:
+    """Parameters of a dense decoder from its config (attention, gated MLP, embeddings)."""
+    h = float(hidden_size)
+    kv = h if not num_heads or not num_kv_heads else h * num_kv_heads / num_heads
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * float(intermediate_size)
+    return num_layers * per_layer + (1 if tied_embeddings else 2) * vocab_size * h
+
+
+def preset_for_config(config) -> str:
+    """small / medium / large from a Hugging Face model config (``medium`` if it lacks sizes)."""
+    cfg = getattr(config, "text_config", None) or config  # multimodal: the language model
+    try:
+        n = parameter_count(int(cfg.hidden_size), int(cfg.num_hidden_layers),
+                            int(cfg.intermediate_size), int(cfg.vocab_size),
+                            getattr(cfg, "num_attention_heads", None),
+                            getattr(cfg, "num_key_value_heads", None),
+                            bool(getattr(cfg, "tie_word_embeddings", False)))
+    except (AttributeError, TypeError, ValueError):
+        return "medium"
+    return preset_for_parameters(n)
+
+
+def cost_spec(model) -> tuple[tuple[float, ...], list[tuple[float, float]]]:
+    """(the seven parameters, curve points) of a preset name, a curve or a parameter dict."""
+    if isinstance(model, str):
+        model = ALIASES.get(model, model)
+        if model in CURVES:
+            model = CURVES[model]
+        else:
+            model = PRESETS[model]
+    if isinstance(model, dict):
+        return tuple(float(model.get(k, 0.0)) for k in PARAMS), []
+    points = sorted((float(t), float(c)) for t, c in model)
+    return (0.0,) * len(PARAMS), points
+
+
 class CostModel:
-    def __init__(self, curve="gpu", prior: float = 4.0):
-        points = CURVES[curve] if isinstance(curve, str) else [tuple(p) for p in curve]
-        points = sorted((float(t), float(c)) for t, c in points)
+    """Cost of one verification pass of a batch (see the module docstring), corrected online."""
+
+    def __init__(self, model="medium", prior: float = 4.0):
+        params, points = cost_spec(model)
+        (self.fixed, self.kv, self.kv_min_batch, self.attention, self.slope, self.knee,
+         self.width) = params
         self._t = [p[0] for p in points]
         self._c = [p[1] for p in points]
         self._prior = prior
         self._obs: dict[int, list[float]] = {}  # bucket -> [decayed sum of ratios, decayed count]
-        self._memo: dict[float, float] = {}
+        # a floor of 0.2% of a one-token pass per extra token: scoring a token is never quite
+        # free (KV writes, sampling), so among equally good choices the shorter draft wins
+        self._floor = 0.002 * self.base_cost(1.0, 1, 0.0, 0.0)
+        self.batch = (1, 0.0, 0.0)  # (requests, context, longest) of the batch last sized
 
-    def base_cost(self, tokens: float) -> float:
+    def _curve(self, tokens: float) -> float:
         t, c = self._t, self._c
         if tokens <= t[0]:
             return c[0]
@@ -73,6 +180,21 @@ class CostModel:
             i = len(t) - 1
         t0, t1, c0, c1 = t[i - 1], t[i], c[i - 1], c[i]
         return c0 + (c1 - c0) * (tokens - t0) / (t1 - t0)
+
+    def base_cost(self, tokens: float, requests: int = 1, context: float = 0.0,
+                  longest: float | None = None) -> float:
+        """Predicted cost of a pass scoring ``tokens`` for ``requests`` requests whose contexts
+        sum to ``context`` (the longest: ``longest``; default: all equal)."""
+        if longest is None:
+            longest = context / requests if requests > 0 else 0.0
+        c = self.fixed + self.kv * max(context, self.kv_min_batch * longest)
+        if requests > 0:
+            c += self.attention * (context / requests) * tokens
+        x = tokens - self.knee
+        c += self.slope * (math.sqrt(x * x + self.width * self.width) + x) * 0.5
+        if self._t:
+            c += self._curve(tokens)
+        return c
 
     @staticmethod
     def _bucket(tokens: float) -> int:
@@ -88,24 +210,22 @@ class CostModel:
         w = obs[1] / (obs[1] + self._prior)
         return 1.0 + w * (rel - 1.0)
 
-    def cost(self, tokens: float) -> float:
-        c = self._memo.get(tokens)
-        if c is None:
-            c = self._memo[tokens] = self._cost(tokens)
-        return c
+    def cost(self, tokens: float, requests: int = 1, context: float = 0.0,
+             longest: float | None = None) -> float:
+        return (self.base_cost(tokens, requests, context, longest) * self._factor(self._bucket(tokens))
+                + self._floor * (tokens - 1))
 
-    def _cost(self, tokens: float) -> float:
-        # a floor of 0.2% of a pass per extra token: scoring a token is never quite free (KV
-        # writes, sampling), so among equally good choices the shorter draft wins
-        return self.base_cost(tokens) * self._factor(self._bucket(tokens)) + 0.002 * (tokens - 1)
-
-    def observe(self, tokens: int, seconds: float) -> None:
-        """A verification pass that scored ``tokens`` tokens took ``seconds``."""
+    def observe(self, tokens: int, seconds: float, requests: int | None = None,
+                context: float | None = None, longest: float | None = None) -> None:
+        """A verification pass that scored ``tokens`` tokens took ``seconds``; its batch is the
+        one last sized (``self.batch``) unless given."""
         if tokens <= 0 or seconds <= 0:
             return
-        self._memo.clear()
+        if requests is None:
+            requests, context, longest = self.batch
+        pred = self.base_cost(float(tokens), requests, float(context or 0.0), longest)
         obs = self._obs.setdefault(self._bucket(tokens), [0.0, 0.0])
-        obs[0] = 0.9 * obs[0] + seconds / self.base_cost(tokens)
+        obs[0] = 0.9 * obs[0] + seconds / pred
         obs[1] = 0.9 * obs[1] + 1.0
 
 
@@ -194,12 +314,19 @@ class DraftLengthController:
             out.append(run)
         return out
 
-    def choose(self, keys, drafts) -> list[int]:
+    def choose(self, keys, drafts, contexts=None, batch=None) -> list[int]:
         """Number of nodes to keep from each draft (best-first trees or chains).
 
-        ``drafts`` are (parents, probs) pairs in node order. Returns one count per request.
+        ``drafts`` are (parents, probs) pairs in node order, ``contexts`` the requests' context
+        lengths (tokens in their KV cache; default 0). ``batch`` = (requests, context, longest)
+        describes the whole pass when it holds more than these requests (rows that may not
+        draft); by default it is these requests. Returns one count per request.
         """
         B = len(keys)
+        if batch is None:
+            ctx = [0] * B if contexts is None else [int(c) for c in contexts]
+            batch = (B, float(sum(ctx)), float(max(ctx, default=0)))
+        R, S, longest = int(batch[0]), float(batch[1]), float(batch[2])
         gains = []  # (-gain, request): each request's gains are non-increasing already
         for r, (key, (parents, probs)) in enumerate(zip(keys, drafts)):
             for g in self.path_gains(key, parents, probs):
@@ -209,11 +336,12 @@ class DraftLengthController:
         if B > 1:
             gains.sort()
         cm = self.cost_model
-        best_j, best_ratio = 0, B / cm.cost(B) if B else 0.0
-        num = float(B)
+        cm.batch = (R, S, longest)
+        best_j, best_ratio = 0, R / cm.cost(R, R, S, longest) if R else 0.0
+        num = float(R)
         for j, (ng, _) in enumerate(gains, start=1):
             num -= ng
-            ratio = num / cm.cost(B + j)
+            ratio = num / cm.cost(R + j, R, S, longest)
             if ratio > best_ratio:
                 best_j, best_ratio = j, ratio
         counts = [0] * B

@@ -26,7 +26,7 @@ import numpy as np
 
 from specdraft.proposers.base import DraftTree, DrafterStats, SpecdraftConfigError
 from specdraft.proposers.config import DrafterConfig
-from specdraft.proposers.controller import CURVES, CostModel, DraftLengthController
+from specdraft.proposers.controller import CostModel, DraftLengthController, cost_spec
 from specdraft.proposers.corpus import read_corpus
 from specdraft.proposers.lookup import PromptLookupCore
 from specdraft.proposers.suffix_core import SuffixCore
@@ -61,11 +61,17 @@ class _NativeCostModel:
     def __init__(self, core):
         self._core = core
 
-    def cost(self, tokens: float) -> float:
-        return self._core.ctl_cost(tokens)
+    def cost(self, tokens: float, requests: int = 1, context: float = 0.0,
+             longest: float | None = None) -> float:
+        return self._core.ctl_cost(tokens, requests, context, -1.0 if longest is None else longest)
 
-    def observe(self, tokens: int, seconds: float) -> None:
-        self._core.ctl_cost_observe(int(tokens), float(seconds))
+    def observe(self, tokens: int, seconds: float, requests: int | None = None,
+                context: float | None = None, longest: float | None = None) -> None:
+        if requests is None:
+            self._core.ctl_cost_observe(int(tokens), float(seconds))
+        else:
+            self._core.ctl_cost_observe(int(tokens), float(seconds), int(requests),
+                                        float(context or 0.0), -1.0 if longest is None else longest)
 
 
 class NativeController:
@@ -76,9 +82,9 @@ class NativeController:
     """
 
     def __init__(self, core, cfg: DrafterConfig):
-        curve = CURVES[cfg.cost_model] if isinstance(cfg.cost_model, str) else cfg.cost_model
-        core.set_controller([(float(t), float(c)) for t, c in curve], 4.0, cfg.calibration_prior,
-                            cfg.request_prior, cfg.request_decay, cfg.idle_decay, cfg.min_gain)
+        params, points = cost_spec(cfg.cost_model)
+        core.set_controller(points, 4.0, cfg.calibration_prior, cfg.request_prior,
+                            cfg.request_decay, cfg.idle_decay, cfg.min_gain, params)
         self._core = core
         self.cost_model = _NativeCostModel(core)
 
@@ -88,8 +94,10 @@ class NativeController:
     def forget(self, key) -> None:
         self._core.ctl_forget(key)
 
-    def choose(self, keys, drafts) -> list[int]:
-        return self._core.ctl_choose(list(keys), [(list(pa), list(pr)) for pa, pr in drafts])
+    def choose(self, keys, drafts, contexts=None, batch=None) -> list[int]:
+        return self._core.ctl_choose(list(keys), [(list(pa), list(pr)) for pa, pr in drafts],
+                                     None if contexts is None else [int(c) for c in contexts],
+                                     None if batch is None else tuple(batch))
 
     def sent(self, key, probs) -> None:
         self._core.ctl_sent(key, list(probs) if probs else [])
@@ -261,8 +269,12 @@ class SpecDrafter:
     def draft(self, req_id, budget: int | None = None) -> DraftTree:
         return self.draft_batch([req_id], budget)[0]
 
-    def draft_batch(self, req_ids: Sequence, max_budget: int | None = None) -> list[DraftTree]:
-        """Drafts for a batch, sized together by the controller; each has <= max_budget nodes."""
+    def draft_batch(self, req_ids: Sequence, max_budget: int | None = None,
+                    batch: tuple | None = None) -> list[DraftTree]:
+        """Drafts for a batch, sized together by the controller; each has <= max_budget nodes.
+
+        ``batch`` = (requests, sum of contexts, longest context) of the whole verification pass
+        when it holds more than these requests (default: these requests, their contexts)."""
         budget = 16 if max_budget is None else max_budget
         if budget < 0:
             raise ValueError(f"max_budget must be >= 0, got {budget}")
@@ -277,7 +289,8 @@ class SpecDrafter:
                     t = t.best_path()
                 trees.append(t)
             if self.controller is not None:
-                counts = self.controller.choose(handles, [(t.parents, t.probs) for t in trees])
+                counts = self.controller.choose(handles, [(t.parents, t.probs) for t in trees],
+                                                [self.core.num_tokens(h) for h in handles], batch)
                 trees = [t.truncate(k) for t, k in zip(trees, counts)]
                 for h, t in zip(handles, trees):
                     self.controller.sent(h, t.best_path().probs if not t.is_chain() else t.probs)
@@ -473,8 +486,9 @@ class SpecDrafter:
             keys.append(h)
             rows.append(j)
             trees.append(t)
-        if ctl is not None:
-            counts = ctl.choose(keys, [(t.parents, t.probs) for t in trees])
+        if ctl is not None:  # the pass holds every row, drafting or not
+            batch = (len(handles), float(int(num_tokens.sum())), float(int(num_tokens.max(initial=0))))
+            counts = ctl.choose(keys, [(t.parents, t.probs) for t in trees], batch=batch)
         else:
             counts = [len(t) for t in trees]
         lengths = np.zeros(len(handles), dtype=np.int32)

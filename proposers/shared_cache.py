@@ -376,9 +376,9 @@ class SharedCacheDrafter:
             self.drafter.add_to_global_cache(seq)
         return len(seqs)
 
-    def draft_batch(self, req_ids: Sequence, max_budget: int | None = None):
+    def draft_batch(self, req_ids: Sequence, max_budget: int | None = None, batch=None):
         self.take_shared()
-        return self.drafter.draft_batch(req_ids, max_budget)
+        return self.drafter.draft_batch(req_ids, max_budget, batch)
 
     def draft(self, req_id, budget: int | None = None):
         return self.draft_batch([req_id], budget)[0]

@@ -493,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated subset of " + ",".join(METHODS))
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
     p.add_argument("--specdraft-adaptive", action="store_true",
-                   help="specdraft sizes drafts with its adaptive controller (GPU cost curve). Off "
+                   help="specdraft sizes drafts with its adaptive controller (GPU cost model, 8B shape). Off "
                         "by default: it then drafts what the index proposes up to the budget, as "
                         "the peers do, so the methods do comparable work; on, it drafts little or "
                         "nothing at large batches, where verification is compute-bound")
@@ -619,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
             "ngram_max": args.ngram_max, "prefill_prompt_tokens": args.prefill_prompt_tokens,
             "vllm": installed_vllm_version(),
             "specdraft": "SuffixProposer.propose (chain drafts; adaptive length controller "
-                         + ("on, gpu cost curve)" if args.specdraft_adaptive else "off)"),
+                         + ("on, gpu (8B) cost model)" if args.specdraft_adaptive else "off)"),
             "arctic": {k: v for k, v in adapter.SUFFIX_DEFAULTS.items()
                        if k != "suffix_decoding_max_cached_requests"},
             "generator": "StreamGen: Zipf(1.1) unigram + 8-successor Markov chain + copied spans "

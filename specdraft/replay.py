@@ -5,11 +5,25 @@ output. Under greedy verification a draft's fate is fully determined by that out
 the method drafts from the context so far, the accepted length is the longest prefix of the draft
 (for a tree, the longest root path) that matches the recorded continuation, and the target adds
 one token of its own. So the number of target passes, drafted and accepted tokens are exactly
-what the engine would see, and a cost curve turns them into an estimated speedup.
+what the engine would see, and a cost model turns them into an estimated speedup.
 
 The step sequence mirrors vLLM: prefill emits the first output token without a draft; from then
-on every pass verifies the draft proposed after the previous pass. Global caches see requests in
-trace order (each request finishes before the next starts, as in a batch-1 run).
+on every pass verifies the draft proposed after the previous pass. Each workload is replayed on
+its own (a fresh method per workload and batch size), with up to B requests in flight
+(``replay_batched``): the methods see requests start and end in trace order, and specdraft's
+adaptive controller sizes drafts for the whole batch under the chosen cost model (by default the
+GPU preset for the trace's model size; ``--cost-model medium`` for an 8B shape).
+
+Figures (names as vLLM uses them):
+
+- tokens per pass: output tokens / target passes (prefill passes included), what sets the
+  speedup when verification is cheap;
+- mean acceptance length (MAL): 1 + accepted / drafts, vLLM's definition (a step without a
+  draft does not count);
+- drafted per accepted: draft tokens sent per draft token accepted (waste);
+- est. speedup at batch B: cost of the same schedule without drafts / cost with drafts, each
+  pass priced by the cost model for its batch (requests, contexts, tokens scored);
+- drafted per step at batch B: draft tokens per decode row per pass (what the controller chose).
 
 Methods: every specdraft strategy (adaptive and fixed-length), vLLM's own ``ngram`` proposer
 function and arctic-inference's own ``SuffixDecodingCache`` (imported from their packages), and
@@ -26,7 +40,7 @@ import time
 from typing import Iterable
 
 from specdraft.jsonl import located, read_jsonl, token_ids
-from specdraft.proposers.controller import CURVES, CostModel
+from specdraft.proposers.controller import COST_MODELS, CostModel
 
 TRACE_FIELDS = {"id": str, "prompt_token_ids": list, "output_token_ids": list}
 
@@ -75,15 +89,25 @@ def load_trace(path: str) -> list[dict]:
 
 # ---------------------------------------------------------------------------- methods
 class Method:
-    """One drafting method driven through a trace (batch of one)."""
+    """One drafting method driven through a trace: requests are keys, several may be in flight."""
     name = "method"
 
-    def start(self, prompt: list[int]) -> None: ...
-    def extend(self, tokens: list[int], num_accepted: int | None) -> None: ...
-    def draft(self, max_k: int) -> tuple[list[int], list[int]]:
+    def new_key(self) -> int:
+        self._last_key = getattr(self, "_last_key", 0) + 1
+        return self._last_key
+
+    def start(self, key, prompt: list[int]) -> None: ...
+    def extend(self, key, tokens: list[int], num_accepted: int | None) -> None: ...
+    def draft(self, key, max_k: int) -> tuple[list[int], list[int]]:
         """(token_ids, parents) of the draft; a chain has parents i-1."""
         raise NotImplementedError
-    def finish(self) -> None: ...
+
+    def draft_batch(self, keys, max_k: int, batch: tuple | None = None) -> list[tuple[list[int], list[int]]]:
+        """Drafts of the requests ``keys`` for one pass; ``batch`` = (requests, sum of contexts,
+        longest context) of the whole pass (only a method that sizes drafts by cost reads it)."""
+        return [self.draft(k, max_k) for k in keys]
+
+    def finish(self, key) -> None: ...
 
 
 class SpecdraftMethod(Method):
@@ -91,21 +115,21 @@ class SpecdraftMethod(Method):
         from specdraft.proposers import make_drafter
         self.name = name
         self.drafter = make_drafter(options, chain_only=chain_only)
-        self._n = 0
 
-    def start(self, prompt):
-        self._n += 1
-        self.drafter.start(self._n, prompt)
+    def start(self, key, prompt):
+        self.drafter.start(key, prompt)
 
-    def extend(self, tokens, num_accepted):
-        self.drafter.extend(self._n, tokens, num_accepted)
+    def extend(self, key, tokens, num_accepted):
+        self.drafter.extend(key, tokens, num_accepted)
 
-    def draft(self, max_k):
-        t = self.drafter.draft_batch([self._n], max_k)[0]
-        return t.token_ids, t.parents
+    def draft_batch(self, keys, max_k, batch=None):
+        return [(t.token_ids, t.parents) for t in self.drafter.draft_batch(keys, max_k, batch)]
 
-    def finish(self):
-        self.drafter.finish(self._n)
+    def draft(self, key, max_k):
+        return self.draft_batch([key], max_k)[0]
+
+    def finish(self, key):
+        self.drafter.finish(key)
 
 
 class VllmNgramMethod(Method):
@@ -124,30 +148,35 @@ class VllmNgramMethod(Method):
         self._np = np
         self._fn = vllm_adapter().ngram_match_function()
         self.min_n, self.max_n, self.max_model_len = prompt_lookup_min, prompt_lookup_max, max_model_len
-        self._buf = np.zeros(1024, dtype=np.int32)
-        self._len = 0
+        self._bufs: dict = {}  # key -> [buffer, length]
 
-    def start(self, prompt):
-        self._len = 0
-        self._append(prompt)
+    def start(self, key, prompt):
+        self._bufs[key] = [self._np.zeros(1024, dtype=self._np.int32), 0]
+        self._append(key, prompt)
 
-    def _append(self, tokens):
+    def _append(self, key, tokens):
         np = self._np
-        need = self._len + len(tokens)
-        if need > len(self._buf):
-            buf = np.zeros(max(need, 2 * len(self._buf)), dtype=np.int32)
-            buf[: self._len] = self._buf[: self._len]
-            self._buf = buf
-        self._buf[self._len:need] = tokens
-        self._len = need
+        st = self._bufs[key]
+        buf, n = st
+        need = n + len(tokens)
+        if need > len(buf):
+            grown = np.zeros(max(need, 2 * len(buf)), dtype=np.int32)
+            grown[:n] = buf[:n]
+            st[0] = buf = grown
+        buf[n:need] = tokens
+        st[1] = need
 
-    def extend(self, tokens, num_accepted):
-        self._append(tokens)
+    def extend(self, key, tokens, num_accepted):
+        self._append(key, tokens)
 
-    def draft(self, max_k):
-        d = self._fn(self._buf[: self._len], self.min_n, self.max_n, self.max_model_len, max_k)
+    def draft(self, key, max_k):
+        buf, n = self._bufs[key]
+        d = self._fn(buf[:n], self.min_n, self.max_n, self.max_model_len, max_k)
         toks = [int(t) for t in d]
         return toks, list(range(-1, len(toks) - 1))
+
+    def finish(self, key):
+        del self._bufs[key]
 
 
 class ArcticSuffixMethod(Method):
@@ -162,31 +191,30 @@ class ArcticSuffixMethod(Method):
         self.cache = SuffixDecodingCache(max_tree_depth=max_tree_depth,
                                          max_cached_requests=max_cached_requests)
         self.depth, self.factor, self.min_prob = max_tree_depth, max_spec_factor, min_token_prob
-        self._n = 0
-        self._tokens: list[int] = []
-        self._prompt: list[int] | None = None
+        self._tokens: dict = {}
+        self._prompt: dict = {}
 
-    def start(self, prompt):
-        self._n += 1
-        self._tokens = list(prompt)
-        self._prompt = list(prompt)
+    def start(self, key, prompt):
+        self._tokens[key] = list(prompt)
+        self._prompt[key] = list(prompt)
 
-    def extend(self, tokens, num_accepted):
-        rid = str(self._n)
-        if self._prompt is not None:  # vLLM starts the request when the first token is sampled
-            self.cache.start_request(rid, self._np.asarray(self._prompt, dtype=self._np.int32))
-            self._prompt = None
+    def extend(self, key, tokens, num_accepted):
+        rid = str(key)
+        prompt = self._prompt.pop(key, None)
+        if prompt is not None:  # vLLM starts the request when the first token is sampled
+            self.cache.start_request(rid, self._np.asarray(prompt, dtype=self._np.int32))
         self.cache.add_active_response(rid, list(tokens))
-        self._tokens.extend(tokens)
+        self._tokens[key].extend(tokens)
 
-    def draft(self, max_k):
-        pattern = self._np.asarray(self._tokens[-self.depth:], dtype=self._np.int32)
-        d = self.cache.speculate(str(self._n), pattern, max_spec_tokens=max_k,
+    def draft(self, key, max_k):
+        pattern = self._np.asarray(self._tokens[key][-self.depth:], dtype=self._np.int32)
+        d = self.cache.speculate(str(key), pattern, max_spec_tokens=max_k,
                                  max_spec_factor=self.factor, min_token_prob=self.min_prob)
         return list(d.token_ids), list(d.parents)
 
-    def finish(self):
-        self.cache.stop_request(str(self._n))
+    def finish(self, key):
+        self.cache.stop_request(str(key))
+        del self._tokens[key]
 
 
 class HFPromptLookupMethod(Method):
@@ -199,23 +227,27 @@ class HFPromptLookupMethod(Method):
         self._torch = torch
         self._cls = PromptLookupCandidateGenerator
         self.ngram = max_matching_ngram_size
-        self._tokens: list[int] = []
+        self._tokens: dict = {}
 
-    def start(self, prompt):
-        self._tokens = list(prompt)
+    def start(self, key, prompt):
+        self._tokens[key] = list(prompt)
 
-    def extend(self, tokens, num_accepted):
-        self._tokens.extend(tokens)
+    def extend(self, key, tokens, num_accepted):
+        self._tokens[key].extend(tokens)
 
-    def draft(self, max_k):
+    def draft(self, key, max_k):
         if max_k <= 0:
             return [], []
+        tokens = self._tokens[key]
         gen = self._cls(num_output_tokens=max_k, max_matching_ngram_size=self.ngram,
-                        max_length=len(self._tokens) + max_k + 1)
-        ids = self._torch.tensor([self._tokens], dtype=self._torch.long)
+                        max_length=len(tokens) + max_k + 1)
+        ids = self._torch.tensor([tokens], dtype=self._torch.long)
         cand, _ = gen.get_candidates(ids)
-        toks = cand[0, len(self._tokens):].tolist()
+        toks = cand[0, len(tokens):].tolist()
         return toks, list(range(-1, len(toks) - 1))
+
+    def finish(self, key):
+        del self._tokens[key]
 
 
 def _specdraft(name: str, chain_only: bool = False, **options):
@@ -224,7 +256,6 @@ def _specdraft(name: str, chain_only: bool = False, **options):
         if cost_model is not None:
             opts["cost_model"] = cost_model
         return SpecdraftMethod(name, opts, chain_only=chain_only)
-    make.adaptive = options.get("adaptive", True)  # its controller needs the cost curve
     return make
 
 
@@ -261,16 +292,17 @@ def accepted_length(tokens: list[int], parents: list[int], truth: list[int]) -> 
 
 def replay_request(method: Method, prompt: list[int], output: list[int], max_k: int,
                    limit: int | None = None) -> dict:
-    """Replay one request; ``limit`` is the live generation limit when the recorded output
+    """Replay one request alone; ``limit`` is the live generation limit when the recorded output
     extends past it (record --lookahead), so drafts in the last step can be judged as vLLM did."""
     limit = len(output) if limit is None else min(limit, len(output))
-    method.start(prompt)
-    method.extend(output[:1], None)  # prefill: one pass, no draft
+    key = method.new_key()
+    method.start(key, prompt)
+    method.extend(key, output[:1], None)  # prefill: one pass, no draft
     passes, drafted, accepted, drafts = 1, 0, 0, 0
     pass_sizes = [1]
     pos = 1
     while pos < limit:
-        toks, parents = method.draft(max_k)
+        toks, parents = method.draft(key, max_k)
         if len(toks) > max_k:
             raise RuntimeError(f"{method.name} drafted {len(toks)} > {max_k} tokens")
         acc = accepted_length(toks, parents, output[pos:]) if toks else 0
@@ -282,169 +314,343 @@ def replay_request(method: Method, prompt: list[int], output: list[int], max_k: 
         accepted += acc
         pass_sizes.append(1 + len(toks))
         pos += len(emitted)
-        method.extend(emitted, acc if toks else None)
-    method.finish()
+        method.extend(key, emitted, acc if toks else None)
+    method.finish(key)
     return {"target_passes": passes, "drafted_tokens": drafted, "accepted_tokens": accepted,
             "drafts": drafts, "output_tokens": limit, "pass_sizes": pass_sizes}
 
 
-def est_speedup(pass_sizes: Iterable[int], output_tokens: int, curve) -> float:
-    """No-speculation cost (one single-token pass per output token) over speculation's cost."""
-    cm = CostModel(curve)
-    spec = sum(cm.base_cost(k) for k in pass_sizes)
-    return output_tokens * cm.base_cost(1) / spec if spec else 1.0
+# ----------------------------------------------------------------------- batched replay
+class _InFlight:
+    __slots__ = ("key", "rec", "prompt", "output", "limit", "pos", "session")
+
+    def __init__(self, key, rec, prompt, output, session):
+        self.key, self.rec, self.prompt, self.output, self.session = key, rec, prompt, output, session
+        self.limit = min(rec.get("max_tokens") or len(output), len(output))
+        self.pos = 0  # output tokens emitted so far
 
 
-def _replay_method(method: Method, records: list[dict], max_k: int, workloads, progress) -> dict:
-    per_w = {w: {"target_passes": 0, "drafted_tokens": 0, "accepted_tokens": 0, "drafts": 0,
-                 "output_tokens": 0, "requests": 0, "pass_sizes": []} for w in workloads}
-    for i, rec in enumerate(records):
-        r = replay_request(method, rec["prompt_token_ids"], rec["output_token_ids"], max_k,
-                           rec.get("max_tokens"))
-        agg = per_w[rec["workload"]]
-        for k in ("target_passes", "drafted_tokens", "accepted_tokens", "drafts", "output_tokens"):
-            agg[k] += r[k]
-        agg["requests"] += 1
-        agg["pass_sizes"].extend(r["pass_sizes"])
-        if progress and (i + 1) % 50 == 0:
-            progress(f"[replay] {method.name}: {i + 1}/{len(records)} requests")
-    return per_w
+def batch_queue(records: list[dict], batch: int) -> list[tuple[list[int], list[int], dict, object]]:
+    """The requests a batch of ``batch`` replays: (prompt, output, record, session), in arrival
+    order. A trace with fewer requests than the batch is repeated, each repetition in its own
+    block of token ids (ids shifted by a multiple of the trace's largest id + 1): a copy is the
+    same request in a disjoint vocabulary, so no copy can draft from another."""
+    vocab = 1 + max(max(r["prompt_token_ids"] + r["output_token_ids"]) for r in records)
+    copies = -(-batch // len(records))
+    out = []
+    for c in range(copies):
+        shift = c * vocab
+        for r in records:
+            out.append(([t + shift for t in r["prompt_token_ids"]],
+                        [t + shift for t in r["output_token_ids"]], r,
+                        None if r.get("session") is None else (c, r["session"])))
+    return out
 
 
-def replay(records: list[dict], methods: list[str], max_k: int = 16,
-           cost_models: dict | None = None, progress=None) -> dict:
-    """Replay every method over the records.
+def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, cost) -> dict:
+    """Replay ``records`` with up to ``batch`` requests in flight through one method instance.
 
-    Counts come from one run per method. A method with the adaptive controller is run once per
-    cost model, its controller using that curve, and each estimated speedup comes from the run
-    whose controller assumed the same costs (its counts are those of the first cost model's run).
+    Requests start in arrival order as slots free; a later turn of a session waits until the
+    session's earlier turns have ended (its prompt holds their output). Each step is one target
+    pass over every request in flight: a new request's prefill emits its first token without a
+    draft, the others verify the draft proposed for them this step (the method sees the whole
+    batch: B requests and their contexts). ``cost`` (a ``CostModel``) prices each pass with its
+    base prediction; the same schedule without drafts (one token per request per pass) gives
+    the baseline, and est. speedup = baseline cost / cost with drafts (equal tokens emitted).
     """
-    cost_models = cost_models or {name: name for name in CURVES}
+    queue = batch_queue(records, batch)
+    waiting: list = []  # sessions with a turn in flight
+    inflight: list[_InFlight] = []
+    passes = drafted = accepted = drafts = decode_rows = cost_spec = 0
+    steps = 0
+    while queue or inflight:
+        while len(inflight) < batch and queue:
+            i = next((i for i, q in enumerate(queue) if q[3] is None or q[3] not in waiting), None)
+            if i is None:
+                break
+            prompt, output, rec, session = queue.pop(i)
+            st = _InFlight(method.new_key(), rec, prompt, output, session)
+            if session is not None:
+                waiting.append(session)
+            method.start(st.key, prompt)
+            inflight.append(st)
+        contexts = [len(q.prompt) + q.pos for q in inflight]
+        shape = (len(inflight), float(sum(contexts)), float(max(contexts)))
+        decoding = [q for q in inflight if q.pos > 0]
+        ds = method.draft_batch([q.key for q in decoding], max_k, shape) if decoding else []
+        tokens = len(inflight)
+        for q, (toks, parents) in zip(decoding, ds):
+            if len(toks) > max_k:
+                raise RuntimeError(f"{method.name} drafted {len(toks)} > {max_k} tokens")
+            acc = accepted_length(toks, parents, q.output[q.pos:]) if toks else 0
+            acc = min(acc, len(q.output) - q.pos - 1)  # the last recorded token is the target's own
+            emitted = q.output[q.pos:q.pos + acc + 1]
+            drafted += len(toks)
+            drafts += bool(toks)
+            accepted += acc
+            tokens += len(toks)
+            q.pos += len(emitted)
+            method.extend(q.key, emitted, acc if toks else None)
+        decode_rows += len(decoding)
+        for q in inflight:
+            if q.pos == 0:  # prefill: one pass, no draft
+                q.pos = 1
+                method.extend(q.key, q.output[:1], None)
+        passes += len(inflight)
+        steps += 1
+        if cost is not None:
+            cost_spec += cost.base_cost(tokens, *shape)
+        for q in [q for q in inflight if q.pos >= q.limit]:
+            method.finish(q.key)
+            inflight.remove(q)
+            if q.session is not None:
+                waiting.remove(q.session)
+    out = {"requests": sum(1 for _ in batch_queue(records, batch)), "steps": steps,
+           "target_passes": passes, "drafted_tokens": drafted, "accepted_tokens": accepted,
+           "drafts": drafts, "decode_passes": decode_rows,
+           "output_tokens": sum(min(r.get("max_tokens") or len(r["output_token_ids"]),
+                                    len(r["output_token_ids"])) for _, _, r, _ in batch_queue(records, batch))}
+    if cost is not None:
+        base = baseline_cost(records, batch, cost)
+        out["est_speedup"] = base / cost_spec if cost_spec else 1.0
+    return out
+
+
+def baseline_cost(records: list[dict], batch: int, cost) -> float:
+    """Cost of the same schedule without drafts: every pass emits one token per request."""
+    queue = [(len(p), len(o), r, s) for p, o, r, s in batch_queue(records, batch)]
+    waiting: list = []
+    inflight: list[list] = []  # [prompt length, emitted, limit, session]
+    total = 0.0
+    while queue or inflight:
+        while len(inflight) < batch and queue:
+            i = next((i for i, q in enumerate(queue) if q[3] is None or q[3] not in waiting), None)
+            if i is None:
+                break
+            n_prompt, n_out, rec, session = queue.pop(i)
+            limit = min(rec.get("max_tokens") or n_out, n_out)
+            if session is not None:
+                waiting.append(session)
+            inflight.append([n_prompt, 0, limit, session])
+        contexts = [q[0] + q[1] for q in inflight]
+        total += cost.base_cost(len(inflight), len(inflight), float(sum(contexts)), float(max(contexts)))
+        for q in inflight:
+            q[1] += 1
+        for q in [q for q in inflight if q[1] >= q[2]]:
+            inflight.remove(q)
+            if q[3] is not None:
+                waiting.remove(q[3])
+    return total
+
+
+def _replay_method(factory, records: list[dict], max_k: int, workloads, cost_model, batches,
+                   progress) -> tuple[dict, float]:
+    """Per workload: counts at batch 1, and each batch's est. speedup and draft length; each
+    (workload, batch) run starts from a fresh method (its caches see only that workload)."""
+    per_w = {}
+    seconds = 0.0
+    cm = CostModel(cost_model)
+    for w in workloads:
+        recs = [r for r in records if r["workload"] == w]
+        agg = None
+        for b in batches:
+            t0 = time.perf_counter()
+            r = replay_batched(factory(cost_model), recs, max_k, b, cm)
+            if b == batches[0]:
+                seconds += time.perf_counter() - t0
+            if agg is None:
+                agg = {k: r[k] for k in ("requests", "target_passes", "drafted_tokens",
+                                         "accepted_tokens", "drafts", "output_tokens")}
+                agg["batch"] = {}
+            agg["batch"][str(b)] = {
+                "est_speedup": r["est_speedup"],
+                "drafted_per_step": r["drafted_tokens"] / r["decode_passes"] if r["decode_passes"] else 0.0,
+                "tokens_per_pass": r["output_tokens"] / r["target_passes"],
+                "requests": r["requests"]}
+        per_w[w] = agg
+        if progress:
+            progress(f"[replay]   {w}: done")
+    return per_w, seconds
+
+
+def default_cost_model(records: list[dict]) -> str:
+    """The GPU preset for the size of the trace's model (from its name: "...-1.5b", "-135m")."""
+    import re
+
+    from specdraft.proposers.controller import preset_for_parameters
+    sizes = []
+    for r in records:
+        m = re.search(r"(\d+(?:\.\d+)?)([bm])\b", str(r.get("model", "")).lower())
+        if m:
+            sizes.append(float(m.group(1)) * (1e9 if m.group(2) == "b" else 1e6))
+    return preset_for_parameters(max(sizes)) if sizes else "medium"
+
+
+def replay(records: list[dict], methods: list[str], max_k: int = 16, cost_model=None,
+           batches=(1, 16, 64), progress=None) -> dict:
+    """Replay every method over the records, per workload, at each batch size.
+
+    The counts (passes, drafted, accepted) are those of batch ``batches[0]``; each batch size
+    adds its est. speedup under ``cost_model`` (default: the preset for the trace's model size)
+    and its draft tokens per decode step. Adaptive specdraft methods size drafts with that cost
+    model, seeing the whole batch.
+    """
+    cost_model = cost_model or default_cost_model(records)
+    batches = list(batches)
     workloads = sorted({r["workload"] for r in records})
     results: dict = {w: {} for w in workloads}
     speed: dict = {}
     for mname in methods:
         if mname not in METHODS:
             raise ValueError(f"unknown method {mname!r}; accepted: {', '.join(METHODS)}")
-        factory = METHODS[mname]
-        adaptive = getattr(factory, "adaptive", False)
-        runs = {}
-        t0 = time.perf_counter()
-        for cm, curve in (cost_models.items() if adaptive else [(None, None)]):
-            runs[cm] = _replay_method(factory(curve), records, max_k, workloads, progress)
-            if cm is not None and len(runs) == 1:
-                secs = time.perf_counter() - t0  # the speed of one pass over the trace
-        if not adaptive:
-            secs = time.perf_counter() - t0
-        per_w = next(iter(runs.values()))
+        per_w, secs = _replay_method(METHODS[mname], records, max_k, workloads, cost_model,
+                                     batches, progress)
         total_out = sum(a["output_tokens"] for a in per_w.values())
         speed[mname] = {"seconds": secs, "replayed_tokens_per_s": total_out / secs if secs else 0.0}
         for w, agg in per_w.items():
-            agg = dict(agg)
-            sizes = agg.pop("pass_sizes")
-            agg["mean_acceptance_length"] = agg["output_tokens"] / agg["target_passes"]
+            agg["tokens_per_pass"] = agg["output_tokens"] / agg["target_passes"]
+            agg["mean_acceptance_length"] = (1 + agg["accepted_tokens"] / agg["drafts"]
+                                             if agg["drafts"] else None)
             agg["drafted_per_accepted"] = (agg["drafted_tokens"] / agg["accepted_tokens"]
                                            if agg["accepted_tokens"] else None)
-            agg["est_speedup"] = {
-                cm: est_speedup(runs[cm][w]["pass_sizes"] if adaptive else sizes,
-                                agg["output_tokens"], curve)
-                for cm, curve in cost_models.items()}
             results[w][mname] = agg
         if progress:
-            progress(f"[replay] {mname}: done in {secs:.1f}s per pass "
+            progress(f"[replay] {mname}: done, {secs:.1f}s at batch {batches[0]} "
                      f"({speed[mname]['replayed_tokens_per_s']:,.0f} tokens/s)")
     return {"results": results, "speed": speed, "settings": {
-        "max_draft": max_k, "methods": methods, "cost_models": cost_models,
+        "max_draft": max_k, "methods": methods, "cost_model": cost_model, "batches": batches,
         "requests": len(records), "models": sorted({str(r.get("model")) for r in records})}}
 
 
 # ------------------------------------------------------------------------------ output
-def format_table(out: dict, cost_model: str) -> str:
-    rows = [f"{'workload':<14} {'method':<24} {'MAL':>6} {'passes':>8} {'drafted':>9} "
-            f"{'accepted':>9} {'est x (' + cost_model + ')':>16}"]
+def _f(v, spec=".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def format_table(out: dict) -> str:
+    bs = out["settings"]["batches"]
+    cm = out["settings"]["cost_model"]
+    rows = [f"{'workload':<14} {'method':<22} {'tok/pass':>8} {'MAL':>6} {'drafted':>8} "
+            f"{'accepted':>8} {'dr/acc':>6} " + " ".join(f"{'x@' + str(b):>6}" for b in bs)
+            + " " + " ".join(f"{'dr/st@' + str(b):>8}" for b in bs) + f"   (est x: {cm})"]
     for w, methods in out["results"].items():
         for m, a in methods.items():
-            rows.append(f"{w:<14} {m:<24} {a['mean_acceptance_length']:>6.2f} {a['target_passes']:>8} "
-                        f"{a['drafted_tokens']:>9} {a['accepted_tokens']:>9} "
-                        f"{a['est_speedup'].get(cost_model, float('nan')):>16.2f}")
+            rows.append(f"{w:<14} {m:<22} {a['tokens_per_pass']:>8.2f} "
+                        f"{_f(a['mean_acceptance_length']):>6} {a['drafted_tokens']:>8} "
+                        f"{a['accepted_tokens']:>8} {_f(a['drafted_per_accepted']):>6} "
+                        + " ".join(f"{a['batch'][str(b)]['est_speedup']:>6.2f}" for b in bs) + " "
+                        + " ".join(f"{a['batch'][str(b)]['drafted_per_step']:>8.2f}" for b in bs))
     return "\n".join(rows)
 
 
 def markdown_table(out: dict) -> str:
-    """Per workload and method: tokens per pass, drafted per accepted, estimated speedups."""
-    cms = list(out["settings"]["cost_models"])
-    head = ["workload", "method", "MAL", "passes", "drafted", "accepted", "drafted/acc"] + \
-        [f"est x {cm}" for cm in cms]
+    """Per workload and method: tokens per pass, MAL, drafted per accepted, and per batch size
+    the estimated speedup and draft tokens per decode step."""
+    bs = out["settings"]["batches"]
+    head = (["workload", "method", "tokens/pass", "MAL", "passes", "drafted", "accepted",
+             "drafted/acc"] + [f"est x b{b}" for b in bs] + [f"drafted/step b{b}" for b in bs])
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for w, methods in out["results"].items():
         for m, a in methods.items():
-            dpa = a["drafted_per_accepted"]
             rows.append("| " + " | ".join(
-                [w, m, f"{a['mean_acceptance_length']:.2f}", str(a["target_passes"]),
-                 str(a["drafted_tokens"]), str(a["accepted_tokens"]),
-                 f"{dpa:.2f}" if dpa is not None else "-"] +
-                [f"{a['est_speedup'][cm]:.2f}" for cm in cms]) + " |")
+                [w, m, f"{a['tokens_per_pass']:.2f}", _f(a["mean_acceptance_length"]),
+                 str(a["target_passes"]), str(a["drafted_tokens"]), str(a["accepted_tokens"]),
+                 _f(a["drafted_per_accepted"])]
+                + [f"{a['batch'][str(b)]['est_speedup']:.2f}" for b in bs]
+                + [f"{a['batch'][str(b)]['drafted_per_step']:.2f}" for b in bs]) + " |")
     return "\n".join(rows)
 
 
-def plot(out: dict, path: str, cost_model: str) -> None:
+def summary_table(out: dict, ours: str = "specdraft-suffix", peer: str = "arctic-suffix",
+                  other: str = "vllm-ngram") -> str:
+    """Per workload: the default strategy against arctic (and vLLM ngram), and the default's
+    estimated speedup and draft tokens per step at each batch size."""
+    bs = out["settings"]["batches"]
+    at = " / ".join(f"b{b}" for b in bs)
+    head = ["workload", f"tokens/pass: {ours} / {peer} / {other}", "ratio to arctic",
+            f"MAL: {ours} / {peer}", f"drafted/acc: {ours} / {peer}",
+            f"{ours} est x {at}", f"{ours} drafted/step {at}"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def get(a, key):
+        return None if a is None else a[key]
+
+    for w, methods in out["results"].items():
+        a, p, o = methods.get(ours), methods.get(peer), methods.get(other)
+        if a is None:
+            continue
+        ratio = a["tokens_per_pass"] / p["tokens_per_pass"] if p else None
+        rows.append("| " + " | ".join([
+            w, " / ".join(_f(get(x, "tokens_per_pass")) for x in (a, p, o)), _f(ratio),
+            " / ".join(_f(get(x, "mean_acceptance_length")) for x in (a, p)),
+            " / ".join(_f(get(x, "drafted_per_accepted")) for x in (a, p)),
+            " / ".join(f"{a['batch'][str(b)]['est_speedup']:.2f}" for b in bs),
+            " / ".join(f"{a['batch'][str(b)]['drafted_per_step']:.2f}" for b in bs)]) + " |")
+    return "\n".join(rows)
+
+
+def plot(out: dict, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     workloads = list(out["results"])
     methods = out["settings"]["methods"]
-    fig, axes = plt.subplots(2, 1, figsize=(max(9, 1.3 * len(workloads)), 8))
+    bs = out["settings"]["batches"]
+    panels = [("tokens_per_pass", "output tokens per target pass")] + [
+        (b, f"estimated speedup at batch {b} ({out['settings']['cost_model']} cost model)")
+        for b in (bs[0], bs[-1])]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(9, 1.3 * len(workloads)), 4 * len(panels)))
     width = 0.8 / max(1, len(methods))
-    for ax, key, title in ((axes[0], "mean_acceptance_length", "tokens per target pass"),
-                           (axes[1], "est_speedup", f"estimated speedup ({cost_model})")):
+    for ax, (key, title) in zip(axes, panels):
         for j, m in enumerate(methods):
             vals = []
             for w in workloads:
                 a = out["results"][w].get(m)
-                v = a[key] if key != "est_speedup" else a[key][cost_model] if a else 0
-                vals.append(v if a else 0)
+                vals.append(0 if a is None else a[key] if isinstance(key, str)
+                            else a["batch"][str(key)]["est_speedup"])
             ax.bar([i + j * width for i in range(len(workloads))], vals, width, label=m)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(workloads))])
         ax.set_xticklabels(workloads, rotation=30, ha="right")
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
         ax.axhline(1.0, color="grey", lw=0.8)
     axes[0].legend(fontsize=7, ncol=4)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def load_cost_models(specs: list[str] | None) -> dict:
-    """Named presets, or NAME=FILE.json with a list of [tokens, relative cost] points."""
-    if not specs:
-        return {name: name for name in CURVES}
-    out = {}
-    for s in specs:
-        if s in CURVES:
-            out[s] = s
-        elif "=" in s:
-            name, path = s.split("=", 1)
-            with open(path, encoding="utf-8") as f:
-                out[name] = [tuple(p) for p in json.load(f)]
-        else:
-            raise SystemExit(f"--cost-model {s!r}: accepted {', '.join(CURVES)} or NAME=FILE.json")
-    return out
+def load_cost_model(spec: str | None) -> tuple[str | None, object]:
+    """(name, model) of a preset name, or of NAME=FILE.json (a list of [tokens, relative cost]
+    points or a dict of the cost model's parameters); (None, None): the trace's default."""
+    if spec is None or spec in COST_MODELS:
+        return spec, spec
+    if "=" in spec:
+        name, path = spec.split("=", 1)
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return name, data if isinstance(data, dict) else [tuple(p) for p in data]
+    raise SystemExit(f"--cost-model {spec!r}: accepted {', '.join(COST_MODELS)} or NAME=FILE.json")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="specdraft replay", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--traces", required=True, nargs="+", help="trace JSONL file(s) from specdraft record")
+    ap.add_argument("--traces", required=True, nargs="+",
+                    help="trace JSONL file(s) from specdraft record (.jsonl or .jsonl.gz)")
     ap.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
                     help=f"methods to replay (default: {' '.join(DEFAULT_METHODS)}; "
                          f"all: {' '.join(METHODS)})")
     ap.add_argument("--max-draft", type=int, default=16, help="draft budget per step (default 16)")
-    ap.add_argument("--cost-model", nargs="+", help="cost curves: preset names "
-                    f"({', '.join(CURVES)}) or NAME=FILE.json; default: all presets")
+    ap.add_argument("--cost-model", help=f"verification cost model: a preset ({', '.join(COST_MODELS)}) "
+                    "or NAME=FILE.json; default: the GPU preset for the trace's model size")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64],
+                    help="batch sizes to estimate speedup at (default 1 16 64); counts are the first's")
     ap.add_argument("--json", required=True, help="where to write the results")
     ap.add_argument("--png", help="chart path (default: next to --json)")
     ap.add_argument("--markdown", help="also write the table as Markdown here")
     args = ap.parse_args(argv)
     if args.max_draft < 1:
         ap.error(f"--max-draft must be >= 1, got {args.max_draft}")
+    if min(args.batches) < 1:
+        ap.error(f"--batches must be >= 1, got {args.batches}")
     records = []
     for path in args.traces:
         try:
@@ -452,23 +658,25 @@ def main(argv=None) -> int:
         except (OSError, ValueError) as e:
             print(f"specdraft replay: {e}", file=sys.stderr)
             return 2
-    cms = load_cost_models(args.cost_model)
+    name, spec = load_cost_model(args.cost_model)
+    name = name or default_cost_model(records)
     print(f"[replay] {len(records)} requests, {sum(len(r['output_token_ids']) for r in records):,} "
-          f"output tokens, methods: {' '.join(args.methods)}", flush=True)
-    out = replay(records, args.methods, args.max_draft, cms,
+          f"output tokens, cost model {name}, batches {' '.join(map(str, args.batches))}, "
+          f"methods: {' '.join(args.methods)}", flush=True)
+    out = replay(records, args.methods, args.max_draft, spec or name, args.batches,
                  progress=lambda m: print(m, flush=True))
+    out["settings"]["cost_model"] = name
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
-    first_cm = next(iter(cms))
-    print(format_table(out, first_cm))
+    print(format_table(out))
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(markdown_table(out) + "\n")
         print(f"[replay] markdown table: {args.markdown}")
     png = args.png or os.path.splitext(args.json)[0] + ".png"
     try:
-        plot(out, png, first_cm)
+        plot(out, png)
         print(f"[replay] chart: {png}")
     except ImportError:
         print("[replay] matplotlib not installed: no chart")

@@ -8,7 +8,8 @@ A generated block in a Markdown file looks like this::
 
 ``specdraft report`` rewrites every block from the JSON it names; ``--check`` changes nothing and
 exits 1 when a block differs from what its JSON gives (a test runs it, so typed edits to a
-generated table fail). Kinds: ``live`` (``specdraft bench`` / ``demo`` results).
+generated table fail). Kinds: ``live`` (``specdraft bench`` / ``demo`` results), ``replay`` (the
+full ``specdraft replay`` table) and ``replay-summary`` (the default strategy against arctic).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-BLOCK = re.compile(r"(<!-- generated: (\w+) (\S+) -->\n)(.*?)(<!-- end generated -->)", re.S)
+BLOCK = re.compile(r"(<!-- generated: ([\w-]+) (\S+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
 def _fmt(v, spec: str = ".2f") -> str:
@@ -60,7 +61,22 @@ def live_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-KINDS = {"live": live_table}
+def replay_table(result: dict) -> str:
+    from specdraft.replay import markdown_table
+
+    s = result["settings"]
+    return (markdown_table(result) + f"\n\n(est x: cost model `{s['cost_model']}`, batches "
+            f"{', '.join(map(str, s['batches']))}; draft budget {s['max_draft']}; "
+            f"{s['requests']} requests.)\n")
+
+
+def replay_summary(result: dict) -> str:
+    from specdraft.replay import summary_table
+
+    return summary_table(result) + "\n"
+
+
+KINDS = {"live": live_table, "replay": replay_table, "replay-summary": replay_summary}
 
 
 def render(text: str, root: Path) -> str:

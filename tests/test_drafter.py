@@ -150,7 +150,8 @@ def test_cost_model_learns_from_step_timings():
     ({"global_cache_tokens": -1}, ["global_cache_tokens", "integer in [0, "]),
     ({"max_depth": 0}, ["max_depth", "[1, 64]"]),
     ({"colour": 1}, ["unknown", "'colour'", "accepted options", "strategy"]),
-    ({"cost_model": "tpu"}, ["cost_model", "'gpu'"]),
+    ({"cost_model": "tpu"}, ["cost_model", "'small'", "'medium'", "'large'", "'gpu'"]),
+    ({"cost_model": {"fixed": 1.0}}, ["cost_model", "an object with the numbers fixed, kv"]),
     ({"adaptive": "yes"}, ["adaptive", "true or false"]),
     ({"corpus_files": ["/nonexistent/file.jsonl"]}, ["corpus_files", "not a file"]),
 ])

@@ -5,8 +5,9 @@ import random
 
 import pytest
 
-from specdraft.replay import (SpecdraftMethod, accepted_length, est_speedup, load_trace, replay,
-                              replay_request)
+from specdraft.proposers.controller import CostModel
+from specdraft.replay import (SpecdraftMethod, accepted_length, batch_queue, load_trace, replay,
+                              replay_batched, replay_request)
 
 
 def write(path, records):
@@ -34,18 +35,25 @@ def test_accepted_length_walks_the_tree():
 
 def test_replay_counts_are_consistent_and_deterministic(tmp_path):
     recs = load_trace(write(tmp_path / "t.jsonl", synthetic()))
-    a = replay(recs, ["specdraft-suffix", "specdraft-lookup", "vllm-ngram"], max_k=8)
-    b = replay(recs, ["specdraft-suffix", "specdraft-lookup", "vllm-ngram"], max_k=8)
+    methods = ["specdraft-suffix", "specdraft-lookup", "vllm-ngram"]
+    a = replay(recs, methods, max_k=8, batches=(1, 4))
+    b = replay(recs, methods, max_k=8, batches=(1, 4))
     assert a["results"] == b["results"]
-    for w, methods in a["results"].items():
+    assert a["settings"]["cost_model"] == "medium"  # no model size in the trace
+    for w, ms in a["results"].items():
         out_tokens = sum(len(r["output_token_ids"]) for r in recs if r["workload"] == w)
-        for m, agg in methods.items():
+        for m, agg in ms.items():
             assert agg["output_tokens"] == out_tokens
             # every pass emits its accepted tokens plus one of the target's
             assert agg["accepted_tokens"] + agg["target_passes"] == out_tokens
             assert agg["accepted_tokens"] <= agg["drafted_tokens"]
-            assert agg["mean_acceptance_length"] > 1.5  # the outputs echo the prompts
-            assert min(agg["est_speedup"].values()) > 0
+            assert agg["tokens_per_pass"] == out_tokens / agg["target_passes"]
+            assert agg["tokens_per_pass"] > 1.5  # the outputs echo the prompts
+            # vLLM's mean acceptance length counts only the steps that drafted
+            assert agg["mean_acceptance_length"] == 1 + agg["accepted_tokens"] / agg["drafts"]
+            assert agg["mean_acceptance_length"] >= agg["tokens_per_pass"]
+            assert set(agg["batch"]) == {"1", "4"}
+            assert min(v["est_speedup"] for v in agg["batch"].values()) > 0
 
 
 def test_replay_request_respects_the_live_limit():
@@ -55,9 +63,64 @@ def test_replay_request_respects_the_live_limit():
     assert r["output_tokens"] == 20 and r["accepted_tokens"] + r["target_passes"] >= 20
 
 
-def test_est_speedup_of_no_drafts_is_one():
-    assert est_speedup([1] * 10, 10, "cpu-fp32") == pytest.approx(1.0)
-    assert est_speedup([5, 5], 10, "gpu") == pytest.approx(5.0)
+def test_batch_of_one_is_the_sequential_replay(tmp_path):
+    recs = load_trace(write(tmp_path / "t.jsonl", synthetic(4)))
+    seq = SpecdraftMethod("s", {"cost_model": "medium"})
+    want = [replay_request(seq, r["prompt_token_ids"], r["output_token_ids"], 8) for r in recs]
+    got = replay_batched(SpecdraftMethod("s", {"cost_model": "medium"}), recs, 8, 1, CostModel("medium"))
+    for k in ("target_passes", "drafted_tokens", "accepted_tokens", "drafts"):
+        assert got[k] == sum(w[k] for w in want), k
+
+
+def test_no_drafts_is_speedup_one():
+    class Never(SpecdraftMethod):
+        def draft_batch(self, keys, max_k, batch=None):
+            return [([], []) for _ in keys]
+    recs = synthetic(3)
+    for b in (1, 2, 8):
+        r = replay_batched(Never("n", {}), recs, 8, b, CostModel("medium"))
+        assert r["est_speedup"] == pytest.approx(1.0) and r["drafted_tokens"] == 0
+
+
+def test_short_traces_are_repeated_in_disjoint_vocabularies():
+    recs = synthetic(3)
+    q = batch_queue(recs, 8)
+    assert len(q) == 9
+    vocab = 1 + max(max(r["prompt_token_ids"] + r["output_token_ids"]) for r in recs)
+    assert q[3][0] == [t + vocab for t in recs[0]["prompt_token_ids"]]
+    blocks = [{t // vocab for t in p + o} for p, o, _, _ in q]
+    assert blocks[0] == {0} and blocks[3] == {1} and blocks[8] == {2}
+
+
+def test_sessions_wait_for_their_earlier_turns():
+    class Log(SpecdraftMethod):
+        events: list = []
+
+        def start(self, key, prompt):
+            self.events.append(("start", key))
+            super().start(key, prompt)
+
+        def finish(self, key):
+            self.events.append(("finish", key))
+            super().finish(key)
+    recs = synthetic(4)
+    for i, r in enumerate(recs):
+        r["session"] = "s" if i < 2 else None  # requests 0 and 1 are two turns of one session
+        r["max_tokens"] = 10 + 20 * (i == 0)
+    m = Log("l", {"adaptive": False})
+    replay_batched(m, recs, 4, 4, None)
+    ev = m.events
+    assert ev.index(("start", 2)) < ev.index(("finish", 1))  # others start at once
+    assert ev.index(("finish", 1)) < ev.index(("start", 4))  # turn 2 after turn 1 ended
+
+
+def test_large_batches_draft_less_and_never_lose(tmp_path):
+    recs = load_trace(write(tmp_path / "t.jsonl", synthetic(6)))
+    out = replay(recs, ["specdraft-suffix"], max_k=16, cost_model="medium", batches=(1, 64))
+    for w, ms in out["results"].items():
+        b = ms["specdraft-suffix"]["batch"]
+        assert b["64"]["drafted_per_step"] < b["1"]["drafted_per_step"], w
+        assert min(v["est_speedup"] for v in b.values()) >= 1.0, w
 
 
 @pytest.mark.parametrize("line, message", [
@@ -80,8 +143,12 @@ def test_replay_cli_writes_json_and_reports_bad_files(tmp_path, capsys):
     from specdraft.replay import main
     trace = write(tmp_path / "t.jsonl", synthetic(2))
     assert main(["--traces", trace, "--methods", "specdraft-suffix", "--json",
-                 str(tmp_path / "o.json"), "--markdown", str(tmp_path / "o.md")]) == 0
-    assert "specdraft-suffix" in json.loads((tmp_path / "o.json").read_text())["settings"]["methods"]
+                 str(tmp_path / "o.json"), "--markdown", str(tmp_path / "o.md"),
+                 "--batches", "1", "4", "--cost-model", "large"]) == 0
+    settings = json.loads((tmp_path / "o.json").read_text())["settings"]
+    assert settings["methods"] == ["specdraft-suffix"] and settings["cost_model"] == "large"
+    head = (tmp_path / "o.md").read_text().splitlines()[0]
+    assert "| tokens/pass | MAL |" in head and "est x b4" in head
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{}\n")
     assert main(["--traces", str(bad), "--json", str(tmp_path / "x.json")]) == 2
@@ -120,3 +187,11 @@ def test_replay_cli_refuses_bad_values_and_non_utf8(tmp_path, capsys):
     assert main(["--traces", str(latin), "--json", str(tmp_path / "x.json")]) == 2
     assert f"{latin}:2: not UTF-8" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("model, preset", [("qwen2.5-coder-1.5b", "small"), ("smollm2-135m", "small"),
+                                           ("meta-llama/Llama-3.1-8B", "medium"),
+                                           ("Qwen/Qwen2.5-32B-Instruct", "large"), ("mystery", "medium")])
+def test_default_cost_model_follows_the_trace_model_size(model, preset):
+    from specdraft.replay import default_cost_model
+    assert default_cost_model([{"model": model}]) == preset

@@ -27,3 +27,18 @@ def test_typed_edit_is_caught(tmp_path):
 def test_unknown_kind(tmp_path):
     with pytest.raises(ValueError, match="unknown kind"):
         report.render("<!-- generated: nope x.json -->\n<!-- end generated -->", tmp_path)
+
+
+def test_replay_blocks_come_from_the_replay_json(tmp_path):
+    import json
+
+    from specdraft.replay import markdown_table, replay
+    recs = [{"id": str(i), "workload": "echo", "session": None, "prompt_token_ids": list(range(40)),
+             "output_token_ids": list(range(10, 40))} for i in range(2)]
+    out = replay(recs, ["specdraft-suffix"], max_k=8, cost_model="small", batches=(1, 2))
+    (tmp_path / "r.json").write_text(json.dumps(out))
+    text = ("<!-- generated: replay r.json -->\nstale\n<!-- end generated -->\n"
+            "<!-- generated: replay-summary r.json -->\n<!-- end generated -->\n")
+    new = report.render(text, tmp_path)
+    assert markdown_table(json.loads(json.dumps(out))) in new and "stale" not in new
+    assert "cost model `small`" in new and "specdraft-suffix est x b1 / b2" in new

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from specdraft.adapters.request_sync import RequestSync, Row
 from specdraft.proposers import make_drafter
-from specdraft.proposers.controller import CURVES, CostModel, DraftLengthController
+from specdraft.proposers.controller import COST_MODELS, CostModel, DraftLengthController, cost_spec
 
 # The native extension is part of what specdraft ships: its absence is a failure, not a skip.
 from specdraft.proposers import _suffix_native as native  # noqa: E402
@@ -37,27 +37,46 @@ def _random_tree(rng: random.Random, n: int, chain: bool) -> tuple[list[int], li
     return parents, probs
 
 
+CUSTOM = {"custom-curve": [(1, 1.0), (3, 1.2), (40, 2.5), (100, 9.0)],
+          "custom-params": {"fixed": 1.0, "kv": 1e-4, "kv_min_batch": 3.0, "attention": 1e-6,
+                            "slope": 0.05, "knee": 20.0, "width": 0.0}}
+
+
+def _random_batch(rng: random.Random, batch: list):
+    """What choose is told about the pass: nothing, the requests' contexts, or the whole batch."""
+    mode = rng.random()
+    if mode < 0.3:
+        return {}
+    contexts = [rng.choice([0, 1, rng.randint(0, 9000)]) for _ in batch]
+    if mode < 0.65:
+        return {"contexts": contexts}
+    extra = [rng.randint(0, 9000) for _ in range(rng.randint(0, 70))]
+    every = contexts + extra
+    return {"batch": (len(every), float(sum(every)), float(max(every, default=0)))}
+
+
 @SETTINGS
-@given(seed=st.integers(0, 2**32 - 1), curve=st.sampled_from(sorted(CURVES) + ["custom"]),
+@given(seed=st.integers(0, 2**32 - 1), model=st.sampled_from(sorted(COST_MODELS) + sorted(CUSTOM)),
        min_gain=st.sampled_from([0.0, 0.1, 0.4]), chain=st.booleans())
-def test_native_controller_chooses_what_the_python_controller_chooses(seed, curve, min_gain, chain):
+def test_native_controller_chooses_what_the_python_controller_chooses(seed, model, min_gain, chain):
     rng = random.Random(seed)
-    points = ([(1, 1.0), (3, 1.2), (40, 2.5), (100, 9.0)] if curve == "custom"
-              else CURVES[curve])
-    py = DraftLengthController(CostModel(points), calibration_prior=rng.choice([1.0, 8.0]),
+    spec = CUSTOM.get(model, model)
+    params, points = cost_spec(spec)
+    py = DraftLengthController(CostModel(spec), calibration_prior=rng.choice([1.0, 8.0]),
                                request_prior=1.0, request_decay=0.9, idle_decay=0.8,
                                min_gain=min_gain)
     core = native.SuffixCore(max_depth=4)
-    core.set_controller([(float(t), float(c)) for t, c in points], 4.0, py.calibration_prior,
-                        1.0, 0.9, 0.8, min_gain)
+    core.set_controller(points, 4.0, py.calibration_prior, 1.0, 0.9, 0.8, min_gain, params)
     keys = list(range(6))
+    shapes = [(1, 0.0, None), (8, 8 * 2048.0, None), (64, 64 * 3000.0, 8192.0), (3, 100.0, 90.0)]
     for _ in range(40):
         op = rng.random()
         if op < 0.5:
             batch = rng.sample(keys, rng.randint(0, len(keys)))
             drafts = [_random_tree(rng, rng.randint(0, 12), chain) for _ in batch]
-            want = py.choose(batch, drafts)
-            assert core.ctl_choose(batch, drafts) == want
+            told = _random_batch(rng, batch)
+            want = py.choose(batch, drafts, **told)
+            assert core.ctl_choose(batch, drafts, **told) == want
             for k, (parents, probs), n in zip(batch, drafts, want):
                 sent = probs[:n]
                 py.sent(k, sent)
@@ -68,8 +87,13 @@ def test_native_controller_chooses_what_the_python_controller_chooses(seed, curv
             core.ctl_observe(k, a)
         elif op < 0.9:
             t, s = rng.randint(0, 300), rng.choice([0.0, rng.random(), 10 * rng.random()])
-            py.cost_model.observe(t, s)
-            core.ctl_cost_observe(t, s)
+            if rng.random() < 0.5:  # the batch last sized
+                py.cost_model.observe(t, s)
+                core.ctl_cost_observe(t, s)
+            else:
+                r, c, longest = rng.choice(shapes)
+                py.cost_model.observe(t, s, r, c, longest)
+                core.ctl_cost_observe(t, s, r, c, -1.0 if longest is None else longest)
         else:
             k = rng.choice(keys)
             py.forget(k)
@@ -78,6 +102,9 @@ def test_native_controller_chooses_what_the_python_controller_chooses(seed, curv
             assert core.ctl_request_factor(k) == py.request_factor(k)
         for t in (1, 2, 7, 16, 33, 128, 500):
             assert core.ctl_cost(t) == py.cost_model.cost(t)
+            for r, c, longest in shapes:
+                assert (core.ctl_cost(t, r, c, -1.0 if longest is None else longest)
+                        == py.cost_model.cost(t, r, c, longest))
         for p in (0.0, 0.049, 0.05, 0.5, 0.95, 0.999, 1.0):
             assert core.ctl_calibrated(p) == py.calibrated(p)
         parents, probs = _random_tree(rng, 8, chain)
@@ -186,9 +213,9 @@ class Engine:
                 q.pop("seen", None)
 
 
-def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool):
+def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool, cost_model: str = "cpu-fp32"):
     opts = {"strategy": strategy, "global_cache_tokens": cache, "max_depth": 6,
-            "adaptive": adaptive, "cost_model": "cpu-fp32", "min_gain": 0.05}
+            "adaptive": adaptive, "cost_model": cost_model, "min_gain": 0.05}
     nat = make_drafter({**opts, "native": True}, chain_only=True, vocab_size=vocab)
     py = make_drafter({**opts, "native": False}, chain_only=True, vocab_size=vocab)
     assert nat.native and not py.native
@@ -198,11 +225,12 @@ def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool):
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), strategy=st.sampled_from(["suffix", "tree"]),
        cache=st.sampled_from([0, 60, 400, 100_000]), layout=st.sampled_from(["buffer", "flat"]),
-       adaptive=st.booleans(), budget=st.integers(1, 10))
-def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive, budget):
+       adaptive=st.booleans(), budget=st.integers(1, 10),
+       cost_model=st.sampled_from(["cpu-fp32", "small", "medium", "large"]))
+def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive, budget, cost_model):
     rng = random.Random(seed)
     vocab = rng.choice([4, 9, 30])
-    nat, py = _drafters(strategy, cache, vocab, adaptive)
+    nat, py = _drafters(strategy, cache, vocab, adaptive, cost_model)
     engine = Engine(rng, vocab)
     for step in range(25):
         ids, tokens, n, prompts, caps, kw = engine.step_input(layout, budget)

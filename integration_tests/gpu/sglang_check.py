@@ -111,7 +111,7 @@ def serve_and_measure(name: str, args, records: list[dict], port: int) -> dict:
             passes = sum(o["spec_verify_ct"] for o in outs)
             result[label] = {"outputs": [o["output_ids"] for o in outs], "seconds": secs,
                              "output_tokens": tokens, "tokens_per_s": tokens / secs,
-                             "mean_acceptance_length": tokens / passes if passes else 1.0}
+                             "tokens_per_pass": tokens / passes if passes else 1.0}
         return result
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -162,20 +162,20 @@ def main(argv=None) -> int:
                 a == b for a, b in zip(r["outputs"], ref[label]["outputs"]))
             if same is not None and same != len(records):
                 ok = False
-            rows.append((name, label, r["output_tokens"], r["mean_acceptance_length"],
+            rows.append((name, label, r["output_tokens"], r["tokens_per_pass"],
                          r["seconds"], r["tokens_per_s"], same))
-    if "specdraft" in results and results["specdraft"]["c1"]["mean_acceptance_length"] <= 1.0:
+    if "specdraft" in results and results["specdraft"]["c1"]["tokens_per_pass"] <= 1.0:
         ok = False
-    print(f"\n{'method':<10} {'conc':<5} {'tokens':>7} {'MAL':>6} {'seconds':>8} {'tok/s':>8} "
+    print(f"\n{'method':<10} {'conc':<5} {'tokens':>7} {'tok/pass':>8} {'seconds':>8} {'tok/s':>8} "
           f"{'identical':>10}")
-    for name, label, tokens, mal, secs, tps, same in rows:
-        print(f"{name:<10} {label:<5} {tokens:>7} {mal:>6.2f} {secs:>8.1f} {tps:>8.1f} "
+    for name, label, tokens, tpp, secs, tps, same in rows:
+        print(f"{name:<10} {label:<5} {tokens:>7} {tpp:>8.2f} {secs:>8.1f} {tps:>8.1f} "
               f"{'-' if same is None else f'{same}/{len(records)}':>10}")
     summary = {"model": args.model, "trace": args.trace, "dtype": args.dtype,
                "num_draft_tokens": args.num_draft_tokens, "requests": len(records),
                "specdraft_options": os.environ.get("SPECDRAFT_SGLANG_OPTIONS", ""),
                "ok": ok, "wall_seconds": time.time() - t0,
-               "rows": [dict(zip(("method", "concurrency", "output_tokens", "mean_acceptance_length",
+               "rows": [dict(zip(("method", "concurrency", "output_tokens", "tokens_per_pass",
                                   "seconds", "tokens_per_s", "identical"), r)) for r in rows]}
     with open(args.json, "w") as f:
         json.dump(summary, f, indent=1)

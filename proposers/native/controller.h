@@ -1,6 +1,6 @@
 // Adaptive draft length: native twin of proposers/controller.py (CostModel, DraftLengthController).
 //
-// The Python module is the specification (the model, calibration and cost curve are explained
+// The Python module is the specification (the model, calibration and cost model are explained
 // there); tests/test_step_twin.py checks that both choose the same lengths on random inputs.
 // Every arithmetic step is written in the Python file's order, so results agree to the bit.
 #pragma once
@@ -18,41 +18,70 @@ namespace specdraft {
 constexpr int kNumBins = 20;
 constexpr double kMaxProb = 0.995;
 
-// Relative cost of one verification pass by tokens scored, corrected online by step timings.
+// The parameters of the GPU cost model (proposers/controller.py, PARAMS order); all zero for a
+// curve in tokens only.
+struct CostParams {
+  double fixed = 0.0, kv = 0.0, kv_min_batch = 0.0, attention = 0.0, slope = 0.0, knee = 0.0,
+         width = 0.0;
+};
+
+// The batch a pass verifies: requests, the sum of their contexts, the longest context.
+struct BatchShape {
+  int64_t requests = 1;
+  double context = 0.0;
+  double longest = 0.0;
+};
+
+// Cost of one verification pass of a batch, corrected online by step timings.
 class CostModel {
  public:
-  CostModel(std::vector<std::pair<double, double>> points, double prior) : prior_(prior) {
+  CostModel(CostParams params, std::vector<std::pair<double, double>> points, double prior)
+      : p_(params), prior_(prior) {
     std::sort(points.begin(), points.end());
     for (const auto& p : points) {
       tokens_.push_back(p.first);
       costs_.push_back(p.second);
     }
+    floor_ = 0.002 * base_cost(1.0, BatchShape{1, 0.0, 0.0});
   }
 
-  double base_cost(double tokens) const {
-    if (tokens <= tokens_[0]) return costs_[0];
-    size_t i = (size_t)(std::lower_bound(tokens_.begin(), tokens_.end(), tokens) - tokens_.begin());
-    if (i == tokens_.size()) i = tokens_.size() - 1;  // extrapolate the last segment
-    const double t0 = tokens_[i - 1], t1 = tokens_[i], c0 = costs_[i - 1], c1 = costs_[i];
-    return c0 + (c1 - c0) * (tokens - t0) / (t1 - t0);
+  double base_cost(double tokens, const BatchShape& b) const {
+    double c = p_.fixed + p_.kv * std::max(b.context, p_.kv_min_batch * b.longest);
+    if (b.requests > 0) c += p_.attention * (b.context / (double)b.requests) * tokens;
+    const double x = tokens - p_.knee;
+    c += p_.slope * (std::sqrt(x * x + p_.width * p_.width) + x) * 0.5;
+    if (!tokens_.empty()) c += curve(tokens);
+    return c;
   }
 
-  double cost(double tokens) const {
-    return base_cost(tokens) * factor(bucket(tokens)) + 0.002 * (tokens - 1);
+  double cost(double tokens, const BatchShape& b) const {
+    return base_cost(tokens, b) * factor(bucket(tokens)) + floor_ * (tokens - 1);
   }
 
-  void observe(int64_t tokens, double seconds) {
+  // A pass that scored `tokens` took `seconds`; its batch is the one last sized unless given.
+  void observe(int64_t tokens, double seconds, const BatchShape* b = nullptr) {
     if (tokens <= 0 || seconds <= 0) return;
+    const double pred = base_cost((double)tokens, b ? *b : batch);
     Observed& o = observed_[bucket((double)tokens)];
-    o.ratio_sum = 0.9 * o.ratio_sum + seconds / base_cost((double)tokens);
+    o.ratio_sum = 0.9 * o.ratio_sum + seconds / pred;
     o.count = 0.9 * o.count + 1.0;
   }
+
+  BatchShape batch;  // the batch last sized
 
  private:
   struct Observed {
     double ratio_sum = 0.0;  // decayed sum of observed / predicted
     double count = 0.0;      // decayed number of observations
   };
+
+  double curve(double tokens) const {
+    if (tokens <= tokens_[0]) return costs_[0];
+    size_t i = (size_t)(std::lower_bound(tokens_.begin(), tokens_.end(), tokens) - tokens_.begin());
+    if (i == tokens_.size()) i = tokens_.size() - 1;  // extrapolate the last segment
+    const double t0 = tokens_[i - 1], t1 = tokens_[i], c0 = costs_[i - 1], c1 = costs_[i];
+    return c0 + (c1 - c0) * (tokens - t0) / (t1 - t0);
+  }
 
   static int bucket(double tokens) { return (int)std::log2(std::max(1.0, tokens)); }
 
@@ -67,8 +96,10 @@ class CostModel {
     return 1.0 + w * (rel - 1.0);
   }
 
+  CostParams p_;
   std::vector<double> tokens_, costs_;
   double prior_;
+  double floor_;  // 0.2% of a one-token pass per extra token
   std::map<int, Observed> observed_;  // ordered: the reference is the lowest bucket
 };
 
@@ -145,8 +176,9 @@ class DraftLengthController {
 
   // Number of nodes to keep from each of `num` drafts: draft r has nodes
   // [offsets[r], offsets[r + 1]) of parents/probs (node order, parents local to the draft).
+  // `batch` is the whole pass these drafts join (every row of the step, drafting or not).
   void choose(const int64_t* keys, size_t num, const int32_t* parents, const double* probs,
-              const int64_t* offsets, int64_t* counts) {
+              const int64_t* offsets, const BatchShape& batch, int64_t* counts) {
     gains_.clear();
     for (size_t r = 0; r < num; ++r) {
       const int64_t a = offsets[r], b = offsets[r + 1];
@@ -157,13 +189,14 @@ class DraftLengthController {
       }
     }
     std::sort(gains_.begin(), gains_.end());
-    const int64_t B = (int64_t)num;
+    const int64_t R = batch.requests;
+    cost_model_.batch = batch;
     size_t best_j = 0;
-    double best_ratio = B ? (double)B / cost_model_.cost((double)B) : 0.0;
-    double numer = (double)B;
+    double best_ratio = R ? (double)R / cost_model_.cost((double)R, batch) : 0.0;
+    double numer = (double)R;
     for (size_t j = 1; j <= gains_.size(); ++j) {
       numer -= gains_[j - 1].first;
-      const double ratio = numer / cost_model_.cost((double)(B + (int64_t)j));
+      const double ratio = numer / cost_model_.cost((double)(R + (int64_t)j), batch);
       if (ratio > best_ratio) {
         best_j = j;
         best_ratio = ratio;

@@ -126,8 +126,17 @@ class Stepper {
     }
     const size_t m = rows_.size();
     counts_.resize(m);
-    if (ctl) {
-      ctl->choose(keys_.data(), m, parents_.data(), probs_.data(), offsets_.data(), counts_.data());
+    if (ctl) {  // the pass holds every row, drafting or not
+      BatchShape batch{(int64_t)in.num_rows, 0.0, 0.0};
+      int64_t context = 0, longest = 0;
+      for (size_t j = 0; j < in.num_rows; ++j) {
+        context += in.num_tokens[j];
+        longest = std::max(longest, in.num_tokens[j]);
+      }
+      batch.context = (double)context;
+      batch.longest = (double)longest;
+      ctl->choose(keys_.data(), m, parents_.data(), probs_.data(), offsets_.data(), batch,
+                  counts_.data());
     } else {
       for (size_t r = 0; r < m; ++r) counts_[r] = offsets_[r + 1] - offsets_[r];
     }

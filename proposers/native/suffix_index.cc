@@ -697,20 +697,30 @@ PYBIND11_MODULE(_suffix_native, m) {
            "(started, finished, aborted, accepted, drafts, drafted_tokens)). GIL released.")
       .def("set_controller",
            [](PyCore& s, py::handle curve, double cost_prior, double calibration_prior, double request_prior,
-              double request_decay, double idle_decay, double min_gain) {
+              double request_decay, double idle_decay, double min_gain, py::handle cost_params) {
              std::vector<std::pair<double, double>> pts;
              for (py::handle p : curve) {
                py::sequence q = py::reinterpret_borrow<py::sequence>(p);
                pts.emplace_back(q[0].cast<double>(), q[1].cast<double>());
              }
-             if (pts.size() < 2) throw ValueErr{"cost curve needs at least 2 points"};
+             CostParams cp;
+             if (!cost_params.is_none()) {
+               std::vector<double> v = doubles_of(cost_params);
+               if (v.size() != 7) throw ValueErr{"cost_params needs 7 numbers (see controller.PARAMS)"};
+               cp = CostParams{v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+             } else if (pts.size() < 2) {
+               throw ValueErr{"cost curve needs at least 2 points"};
+             }
+             if (!pts.empty() && pts.size() < 2) throw ValueErr{"cost curve needs at least 2 points"};
              ControllerParams prm{calibration_prior, request_prior, request_decay, idle_decay, min_gain};
              Lock lk(s.mu);
-             s.ctl = std::make_unique<DraftLengthController>(CostModel(pts, cost_prior), prm);
+             s.ctl = std::make_unique<DraftLengthController>(CostModel(cp, pts, cost_prior), prm);
            },
            py::arg("curve"), py::arg("cost_prior") = 4.0, py::arg("calibration_prior") = 8.0,
            py::arg("request_prior") = 1.0, py::arg("request_decay") = 0.9, py::arg("idle_decay") = 0.9,
-           py::arg("min_gain") = 0.1, "Attach the native draft-length controller (twin of DraftLengthController).")
+           py::arg("min_gain") = 0.1, py::arg("cost_params") = py::none(),
+           "Attach the native draft-length controller (twin of DraftLengthController): a cost curve "
+           "[(tokens, cost), ...] and/or the seven GPU cost parameters.")
       .def("ctl_observe",
            [](PyCore& s, int64_t h, int64_t n) {
              Lock lk(s.mu);
@@ -728,7 +738,7 @@ PYBIND11_MODULE(_suffix_native, m) {
              controller_of(s).sent(h, p.data(), p.size());
            })
       .def("ctl_choose",
-           [](PyCore& s, py::handle keys, py::handle drafts) {
+           [](PyCore& s, py::handle keys, py::handle drafts, py::handle contexts, py::handle batch) {
              std::vector<int64_t> ks = ints_of(keys);
              std::vector<int32_t> parents;
              std::vector<double> probs;
@@ -743,15 +753,32 @@ PYBIND11_MODULE(_suffix_native, m) {
                off.push_back((int64_t)parents.size());
              }
              if (off.size() != ks.size() + 1) throw ValueErr{"one draft per key is needed"};
+             BatchShape shape{(int64_t)ks.size(), 0.0, 0.0};
+             if (!batch.is_none()) {
+               py::sequence b = py::reinterpret_borrow<py::sequence>(batch);
+               shape = BatchShape{b[0].cast<int64_t>(), b[1].cast<double>(), b[2].cast<double>()};
+             } else if (!contexts.is_none()) {
+               std::vector<int64_t> cs = ints_of(contexts);
+               if (cs.size() != ks.size()) throw ValueErr{"one context per key is needed"};
+               int64_t sum = 0, longest = 0;
+               for (int64_t c : cs) {
+                 sum += c;
+                 longest = std::max(longest, c);
+               }
+               shape.context = (double)sum;
+               shape.longest = (double)longest;
+             }
              std::vector<int64_t> counts(ks.size());
              {
                Lock lk(s.mu);
-               controller_of(s).choose(ks.data(), ks.size(), parents.data(), probs.data(), off.data(), counts.data());
+               controller_of(s).choose(ks.data(), ks.size(), parents.data(), probs.data(), off.data(), shape,
+                                       counts.data());
              }
              py::list res(counts.size());
              for (size_t i = 0; i < counts.size(); ++i) res[i] = py::int_(counts[i]);
              return res;
-           })
+           },
+           py::arg("keys"), py::arg("drafts"), py::arg("contexts") = py::none(), py::arg("batch") = py::none())
       .def("ctl_path_gains",
            [](PyCore& s, int64_t h, py::handle parents, py::handle probs) {
              std::vector<int32_t> pa = int32s_of(parents);
@@ -774,15 +801,21 @@ PYBIND11_MODULE(_suffix_native, m) {
              return controller_of(s).request_factor(h);
            })
       .def("ctl_cost",
-           [](PyCore& s, double tokens) {
+           [](PyCore& s, double tokens, int64_t requests, double context, double longest) {
+             if (longest < 0) longest = requests > 0 ? context / (double)requests : 0.0;
              Lock lk(s.mu);
-             return controller_of(s).cost_model().cost(tokens);
-           })
+             return controller_of(s).cost_model().cost(tokens, BatchShape{requests, context, longest});
+           },
+           py::arg("tokens"), py::arg("requests") = 1, py::arg("context") = 0.0, py::arg("longest") = -1.0)
       .def("ctl_cost_observe",
-           [](PyCore& s, int64_t tokens, double seconds) {
+           [](PyCore& s, int64_t tokens, double seconds, int64_t requests, double context, double longest) {
+             if (longest < 0) longest = requests > 0 ? context / (double)requests : 0.0;
+             BatchShape b{requests, context, longest};
              Lock lk(s.mu);
-             controller_of(s).cost_model().observe(tokens, seconds);
-           })
+             controller_of(s).cost_model().observe(tokens, seconds, requests >= 0 ? &b : nullptr);
+           },
+           py::arg("tokens"), py::arg("seconds"), py::arg("requests") = -1, py::arg("context") = 0.0,
+           py::arg("longest") = -1.0, "requests < 0: the batch last sized")
       .def("ctl_chosen_lengths",
            [](PyCore& s) {
              Lock lk(s.mu);
