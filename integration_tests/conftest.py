@@ -35,8 +35,7 @@ if _here not in sys.path:
 # imported by this run either (test modules here import this folder's conftest by name).
 collect_ignore = [] if os.environ.get("SPECDRAFT_SGLANG_CPU_TESTS") == "1" else ["sglang_cpu"]
 
-_NO_ENGINE = ("test_vllm_version.py", "test_vllm_adapter.py", "test_sglang_cpu.py",
-              "test_hf_generate.py")
+_NO_ENGINE = ("test_sglang_cpu.py", "test_hf_generate.py")
 
 
 def pytest_collection_modifyitems(config, items):
