@@ -73,8 +73,8 @@ def main(argv=None) -> int:
         print(msg, flush=True)
 
     from specdraft import live
-    from specdraft.bench import (format_table, run_interleaved, start_engines, summarize,
-                                 write_results)
+    from specdraft.bench import format_table, plot_live, run_interleaved, start_engines, summarize
+    from specdraft.results import write_results
     from specdraft.models import resolve_model
     configs = live.method_configs()
     unknown = [m for m in args.methods if m not in configs]
@@ -114,7 +114,8 @@ def main(argv=None) -> int:
     print(title)
     print(format_table(table))
     write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "prompts": names,
-                              "table": table}, table, title, progress)
+                              "table": table},
+                  plot=lambda png: plot_live(table, png, title), say=progress, tag="demo")
     ok = all(t["identical_to_no_spec"] for t in table.values())
     return 0 if ok else 1
 

@@ -22,11 +22,11 @@ q tokens after the cache verifies q - 1 draft tokens; each pass emits accepted +
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
+
+from specdraft.results import write_results
 
 METHODS = ("generate", "hf-lookup", "hf-assisted", "specdraft-chain", "specdraft-tree")
 DTYPES = ("bfloat16", "float32")
@@ -245,7 +245,6 @@ def main(argv=None) -> int:
     print()
     print(title)
     print(format_table(table, baselines))
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     payload = {"settings": {**vars(args), "traces": traces, "assistant": assistant_name,
                             "methods": methods, "dtype": args.dtype,
                             "transformers": __import__("transformers").__version__,
@@ -253,9 +252,7 @@ def main(argv=None) -> int:
                "title": title, "table": table,
                "runs": {m: [{k: v for k, v in r.items() if k != "outputs"} for r in rs]
                         for m, rs in runs.items()}}
-    with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=1)
-    progress(f"[hf-bench] results: {args.json}")
+    write_results(args.json, payload, say=progress, tag="hf-bench")
     return 0
 
 

@@ -60,6 +60,8 @@ from typing import Callable
 
 import numpy as np
 
+from specdraft.results import write_results
+
 DEFAULTS = dict(prompt_tokens=4096, output_tokens=1024, global_cache_tokens=1_000_000, budget=16,
                 batches="1,16,64,256", block_steps=8, vocab=32000, max_depth=24, seed=0, ngram_min=2, ngram_max=5,
                 prefill_prompt_tokens=64)
@@ -630,16 +632,11 @@ def main(argv: list[str] | None = None) -> int:
                  "cpus": os.cpu_count(), "platform": platform.platform(),
                  "cpu_pressure_before": pressure, "cpu_pressure_after": _cpu_pressure()},
     }
-    if args.json:
-        d = os.path.dirname(os.path.abspath(args.json))
-        os.makedirs(d, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
     print(format_table(report))
     for name, why in skipped.items():
         print(f"{name:<10} skipped: {why}")
     if args.json:
-        print(f"results written to {args.json}")
+        write_results(args.json, report, tag="overhead")
     return 0
 
 
