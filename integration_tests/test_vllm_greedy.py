@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import MAX_MODEL_LEN, NUM_SPEC_TOKENS, make_llm, spec_config
-from workloads import PROMPTS
+from live_prompts import PROMPTS
 
 ABORTED = "aborted"
 LENGTH_CAPPED = "length_capped"

@@ -188,7 +188,7 @@ def _mal(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def format_table(table: dict) -> str:
+def format_live_table(table: dict) -> str:
     """The summary over rounds, the cold round, then one line per method and round."""
     hdr = (f"{'method':<12} {'tok/s':>7} {'x min':>6} {'x med':>6} {'cold':>6} {'MAL':>5} "
            f"{'drafted':>8} {'accepted':>9} {'identical':>9}")
@@ -330,7 +330,7 @@ def main(argv=None) -> int:
              f"float32 CPU")
     print()
     print(title)
-    print(format_table(table))
+    print(format_live_table(table))
     print(f"no-speculation outputs identical to the trace: {'yes' if matches_trace else 'NO'}")
     write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "table": table,
                               "no_spec_matches_trace": matches_trace},

@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         print(msg, flush=True)
 
     from specdraft import live
-    from specdraft.bench import format_table, plot_live, run_interleaved, start_engines, summarize
+    from specdraft.bench import format_live_table, plot_live, run_interleaved, start_engines, summarize
     from specdraft.results import write_results
     from specdraft.models import resolve_model
     configs = live.method_configs()
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
              f"({plan.mode}), caches cleared before every run, float32, CPU")
     print()
     print(title)
-    print(format_table(table))
+    print(format_live_table(table))
     write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "prompts": names,
                               "table": table},
                   plot=lambda png: plot_live(table, png, title), say=progress, tag="demo")

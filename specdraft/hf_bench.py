@@ -135,7 +135,7 @@ def summarize(runs: dict, baselines: list[str]) -> dict:
     return table
 
 
-def format_table(table: dict, baselines: list[str]) -> str:
+def format_hf_table(table: dict, baselines: list[str]) -> str:
     ratio_cols = [f"x {b}" for b in baselines]
     hdr = (f"| method | tok/s | {' | '.join(ratio_cols)} | tokens/pass | MAL | nodes/accepted "
            f"| drafted | accepted | identical |")
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
              f"{args.rounds} interleaved rounds, batch 1")
     print()
     print(title)
-    print(format_table(table, baselines))
+    print(format_hf_table(table, baselines))
     payload = {"settings": {**vars(args), "traces": traces, "assistant": assistant_name,
                             "methods": methods, "dtype": args.dtype,
                             "transformers": __import__("transformers").__version__,

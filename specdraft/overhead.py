@@ -143,7 +143,7 @@ def accepted_len(draft, truth: list[int], pos: int) -> int:
     return n
 
 
-class Method:
+class TimedMethod:
     """One proposer under test: its own copy of the batch state, advanced block by block."""
 
     name = ""
@@ -290,7 +290,7 @@ class _TimedCore:
         return getattr(self._core, name)
 
 
-class SpecdraftMethod(Method):
+class TimedSpecdraft(TimedMethod):
     """specdraft's ``SpecdraftProposer.propose``, called as vLLM 0.32's runner calls it, with the
     runner hooks' events (step begin with finished requests, the bound StepView)."""
 
@@ -378,7 +378,7 @@ class SpecdraftMethod(Method):
         return out
 
 
-class ArcticMethod(Method):
+class TimedArctic(TimedMethod):
     """vLLM 0.32's ``SuffixDecodingProposer.propose`` (arctic-inference's suffix cache)."""
 
     name = "arctic"
@@ -428,7 +428,7 @@ class ArcticMethod(Method):
         return out
 
 
-class NgramMethod(Method):
+class TimedNgram(TimedMethod):
     """vLLM's ``NgramProposer.propose`` (numba batch path), built by its own ``__init__``."""
 
     name = "ngram"
@@ -531,15 +531,15 @@ def generate(args, max_batch: int):
 def run_batch(args, batch: int, methods: list[str], adapter, skipped: dict, streams) -> dict:
     prefill, all_prompts, all_truths, gen_s = streams
     prompts, truths = all_prompts[:batch], all_truths[:batch]
-    runners: list[tuple[str, Method]] = []
+    runners: list[tuple[str, TimedMethod]] = []
     for name in methods:
         try:
             if name == "specdraft":
-                m = SpecdraftMethod(prompts, truths, args.budget, args, prefill, adapter)
+                m = TimedSpecdraft(prompts, truths, args.budget, args, prefill, adapter)
             elif name == "arctic":
-                m = ArcticMethod(prompts, truths, args.budget, args, prefill, adapter)
+                m = TimedArctic(prompts, truths, args.budget, args, prefill, adapter)
             else:
-                m = NgramMethod(prompts, truths, args.budget, args, adapter)
+                m = TimedNgram(prompts, truths, args.budget, args, adapter)
         except Exception as e:  # noqa: BLE001 - reported, and the others still run
             skipped[name] = f"{type(e).__name__}: {e}"
             log(f"{name}: SKIPPED ({skipped[name]})")
@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.table:
         with open(args.table) as f:
-            print(format_table(json.load(f)))
+            print(format_overhead_table(json.load(f)))
         return 0
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
@@ -632,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
                  "cpus": os.cpu_count(), "platform": platform.platform(),
                  "cpu_pressure_before": pressure, "cpu_pressure_after": _cpu_pressure()},
     }
-    print(format_table(report))
+    print(format_overhead_table(report))
     for name, why in skipped.items():
         print(f"{name:<10} skipped: {why}")
     if args.json:
@@ -640,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def format_table(report: dict) -> str:
+def format_overhead_table(report: dict) -> str:
     """Markdown table: us per request-step by method and batch, and specdraft's ratios."""
     lines = ["| batch | specdraft | (native core) | arctic | ngram | specdraft / arctic | "
              "specdraft / ngram | tokens per step (specdraft / arctic / ngram) |",
