@@ -8,7 +8,8 @@ A generated block in a Markdown file looks like this::
 
 ``specdraft report`` rewrites every block from the JSON it names; ``--check`` changes nothing and
 exits 1 when a block differs from what its JSON gives (a test runs it, so typed edits to a
-generated table fail). Kinds: ``live`` (``specdraft bench`` / ``demo`` results).
+generated table fail). Kinds: ``live`` (``specdraft bench`` / ``demo`` results), ``overhead``
+(``specdraft overhead`` results).
 """
 
 from __future__ import annotations
@@ -60,7 +61,14 @@ def live_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-KINDS = {"live": live_table}
+def overhead_table(result: dict) -> str:
+    """Microseconds per request-step by method and batch, and specdraft's ratios to the peers."""
+    from specdraft.overhead import format_overhead_table
+
+    return format_overhead_table(result) + "\n"
+
+
+KINDS = {"live": live_table, "overhead": overhead_table}
 
 
 def render(text: str, root: Path) -> str:
