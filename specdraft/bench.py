@@ -275,10 +275,8 @@ def main(argv=None) -> int:
 
     from specdraft.models import resolve_model
     from specdraft.replay import load_trace
-    configs = live.method_configs()
-    unknown = [m for m in args.methods if m not in configs]
-    if unknown or "none" not in args.methods:
-        ap.error(f"--methods must include 'none' and be among {', '.join(configs)}; got {unknown}")
+    if why := live.methods_error(args.methods):
+        ap.error(why)
     try:
         records = load_trace(args.traces)
     except (OSError, ValueError) as e:

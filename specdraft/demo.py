@@ -74,12 +74,10 @@ def main(argv=None) -> int:
 
     from specdraft import live
     from specdraft.bench import format_live_table, plot_live, run_interleaved, start_engines, summarize
-    from specdraft.results import write_results
     from specdraft.models import resolve_model
-    configs = live.method_configs()
-    unknown = [m for m in args.methods if m not in configs]
-    if unknown or "none" not in args.methods:
-        ap.error(f"--methods must include 'none' and be among {', '.join(configs)}; got {unknown}")
+    from specdraft.results import write_results
+    if why := live.methods_error(args.methods):
+        ap.error(why)
     path = resolve_model(args.model, progress)
     progress(f"[demo] model {args.model}: {path}")
     try:

@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 
+from specdraft.live import cpu_pressure
 from specdraft.results import write_results
 
 METHODS = ("generate", "hf-lookup", "hf-assisted", "specdraft-chain", "specdraft-tree")
@@ -98,14 +99,6 @@ class Runner:
             handle.remove()
         toks = out[0, len(prompt):].tolist()
         return toks, secs, _hf_counts(calls, len(prompt), len(toks))
-
-
-def cpu_pressure() -> str | None:
-    try:
-        with open("/proc/pressure/cpu") as f:
-            return f.readline().strip()
-    except OSError:
-        return None
 
 
 def summarize(runs: dict, baselines: list[str]) -> dict:

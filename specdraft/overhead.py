@@ -56,10 +56,10 @@ import platform
 import statistics
 import sys
 import time
-from typing import Callable
 
 import numpy as np
 
+from specdraft.live import cpu_pressure
 from specdraft.results import write_results
 
 DEFAULTS = dict(prompt_tokens=4096, output_tokens=1024, global_cache_tokens=1_000_000, budget=16,
@@ -601,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     skipped: dict[str, str] = {}
     by_batch = {}
-    pressure = _cpu_pressure()
+    pressure = cpu_pressure()
     streams = generate(args, max(batches))
     for batch in batches:
         by_batch[str(batch)] = run_batch(args, batch, methods, adapter, skipped, streams)
@@ -630,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         "total_s": round(time.perf_counter() - t_all, 2),
         "host": {"python": platform.python_version(), "machine": platform.machine(),
                  "cpus": os.cpu_count(), "platform": platform.platform(),
-                 "cpu_pressure_before": pressure, "cpu_pressure_after": _cpu_pressure()},
+                 "cpu_pressure_before": pressure, "cpu_pressure_after": cpu_pressure()},
     }
     print(format_overhead_table(report))
     for name, why in skipped.items():
@@ -663,14 +663,6 @@ def format_overhead_table(report: dict) -> str:
     lines.append("us per request-step, fastest block of each method; ratios: of the fastest "
                  "blocks (median of interleaved block ratios in brackets)")
     return "\n".join(lines)
-
-
-def _cpu_pressure() -> str | None:
-    try:
-        with open("/proc/pressure/cpu") as f:
-            return f.readline().strip()
-    except OSError:
-        return None
 
 
 if __name__ == "__main__":
