@@ -40,9 +40,9 @@ def load_model(name: str, dtype: str):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from specdraft.models import MODELS, model_path
+    from specdraft.models import resolve_model
 
-    path = model_path(name) if name in MODELS else name
+    path = resolve_model(name)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     model.eval()
     return model
