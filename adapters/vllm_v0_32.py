@@ -659,12 +659,25 @@ def _reset_worker_state(worker_wrapper: Any) -> dict:
     return {"drafter": type(drafter).__name__}  # stateless across requests (ngram)
 
 
+METRICS_METHOD = "specdraft_drafter_metrics"
+
+
+def _worker_drafter_metrics(worker_wrapper: Any) -> dict | None:
+    worker = getattr(worker_wrapper, "worker", worker_wrapper)
+    proposer = getattr(getattr(worker, "model_runner", None), "drafter", None)
+    drafter = getattr(proposer, "drafter", None)  # a specdraft proposer's SpecDrafter
+    return drafter.metrics() if hasattr(drafter, "metrics") else None
+
+
 def install_worker_methods() -> None:
-    """Adds RESET_METHOD to vLLM's worker wrapper (cheap; called in every vLLM process)."""
+    """Adds RESET_METHOD and METRICS_METHOD to vLLM's worker wrapper (cheap; called in every
+    vLLM process)."""
     from vllm.v1.worker.worker_base import WorkerWrapperBase
 
-    if not hasattr(WorkerWrapperBase, RESET_METHOD):
-        setattr(WorkerWrapperBase, RESET_METHOD, _reset_worker_state)
+    for name, method in ((RESET_METHOD, _reset_worker_state),
+                         (METRICS_METHOD, _worker_drafter_metrics)):
+        if not hasattr(WorkerWrapperBase, name):
+            setattr(WorkerWrapperBase, name, method)
 
 
 def reset_cross_request_state(llm: Any) -> dict:
@@ -673,6 +686,13 @@ def reset_cross_request_state(llm: Any) -> dict:
     prefix = bool(llm.reset_prefix_cache())
     workers = llm.collective_rpc(RESET_METHOD)
     return {"prefix_cache_reset": prefix, "workers": workers}
+
+
+def drafter_metrics(llm: Any) -> list[dict | None]:
+    """Each worker's ``SpecDrafter.metrics()`` as of now, for an offline ``vllm.LLM`` (None for
+    a worker without a specdraft proposer). The published figures (``engine_metrics``) trail the
+    engine and refresh only on steps; this reads the drafter itself, between steps."""
+    return llm.collective_rpc(METRICS_METHOD)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,8 +35,7 @@ if _here not in sys.path:
 # imported by this run either (test modules here import this folder's conftest by name).
 collect_ignore = [] if os.environ.get("SPECDRAFT_SGLANG_CPU_TESTS") == "1" else ["sglang_cpu"]
 
-_NO_ENGINE = ("test_vllm_version.py", "test_vllm_adapter.py", "test_sglang_cpu.py",
-              "test_hf_generate.py")
+_NO_ENGINE = ("test_sglang_cpu.py", "test_hf_generate.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -74,6 +73,15 @@ def spec_config(model: str = "specdraft.plugins.vllm.SuffixProposer", k: int = N
     return config
 
 
+def _set_env(values: dict) -> None:
+    """Sets each variable to its value (None: unsets it)."""
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @contextlib.contextmanager
 def make_llm(model: str, env: dict | None = None, **overrides):
     """An LLM whose engine processes see ``env`` (None: unset); shut down on exit."""
@@ -82,19 +90,11 @@ def make_llm(model: str, env: dict | None = None, **overrides):
     # Other modules may set VLLM_CPU_KVCACHE_SPACE, which overrides kv_cache_memory_bytes.
     env = {"VLLM_CPU_KVCACHE_SPACE": None, **(env or {})}
     saved = {k: os.environ.get(k) for k in env}
-    for k, v in env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    _set_env(env)
     try:
         llm = LLM(**engine_kwargs(model, **overrides))
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_env(saved)
     try:
         yield llm
     finally:

@@ -7,11 +7,14 @@ that runs into max_model_len.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 from conftest import MAX_MODEL_LEN, NUM_SPEC_TOKENS, make_llm, spec_config
-from workloads import PROMPTS
+from live_prompts import PROMPTS
 
 ABORTED = "aborted"
+ABORT_AFTER_STEPS = 24  # the aborted request has generated tens of tokens by then
 LENGTH_CAPPED = "length_capped"
 
 
@@ -23,29 +26,33 @@ def requests(tokenizer) -> dict[str, tuple[dict, object]]:
     from vllm import SamplingParams
 
     greedy = SamplingParams(temperature=0.0, max_tokens=48)
-    reqs = {name: ({"prompt": text}, greedy) for name, text in PROMPTS.items()}
-    reqs[ABORTED] = ({"prompt": PROMPTS["story"] + " loved"}, SamplingParams(temperature=0.0,
-                                                                             max_tokens=200))
+    # added first, so that it is running (and known to the drafter) when it is aborted
+    reqs = {ABORTED: ({"prompt": PROMPTS["story"] + " loved"},
+                      SamplingParams(temperature=0.0, max_tokens=200))}
+    reqs.update((name, ({"prompt": text}, greedy)) for name, text in PROMPTS.items())
     long_ids = tokenizer.encode(PROMPTS["code_repeat"] + PROMPTS["code_edit"])
     reqs[LENGTH_CAPPED] = ({"prompt_token_ids": long_ids[: MAX_MODEL_LEN - 40]},
                            SamplingParams(temperature=0.0, max_tokens=200))
     return reqs
 
 
-def run(llm, reqs, abort_after_steps: int | None = None) -> dict:
-    """All requests in flight at once; optionally abort one after some engine steps."""
+def run(llm, reqs, abort_after_steps: int | None = None) -> tuple[dict, int]:
+    """All requests in flight at once; optionally abort one after some engine steps. Returns
+    the finished requests' outputs and how many tokens the aborted one had when aborted."""
     engine = llm.llm_engine
     for name, (prompt, params) in reqs.items():
         engine.add_request(name, prompt, params)
-    outputs, steps = {}, 0
+    outputs, steps, aborted_tokens = {}, 0, 0
     while engine.has_unfinished_requests():
         for out in engine.step():
             if out.finished:
                 outputs[out.request_id] = out
+            elif out.request_id == ABORTED:
+                aborted_tokens = len(out.outputs[0].token_ids)
         steps += 1
         if steps == abort_after_steps:
             engine.abort_request([ABORTED])
-    return outputs
+    return outputs, aborted_tokens
 
 
 @pytest.fixture(scope="module")
@@ -55,43 +62,64 @@ def spec_llm(model_path):
         yield llm
 
 
+@dataclass
+class Results:
+    reference: dict        # request name -> plain decoding's output
+    speculative: dict      # request name -> specdraft's output (finished requests only)
+    aborted_tokens: int    # output tokens the aborted request had when it was aborted
+    preemptions: float     # vLLM preemptions during the speculative run
+    drafter: dict          # the worker's SpecDrafter.metrics() right after the speculative run
+
+
 @pytest.fixture(scope="module")
 def results(spec_llm, plain_llm):
+    from specdraft.adapters import vllm_adapter
+
     reqs = requests(plain_llm.get_tokenizer())
-    reference = run(plain_llm, {k: v for k, v in reqs.items() if k != ABORTED})
+    reference, _ = run(plain_llm, {k: v for k, v in reqs.items() if k != ABORTED})
     preempted_before = counter(spec_llm, "vllm:num_preemptions")
-    speculative = run(spec_llm, reqs, abort_after_steps=6)
-    return reference, speculative, counter(spec_llm, "vllm:num_preemptions") - preempted_before
+    speculative, aborted_tokens = run(spec_llm, reqs, abort_after_steps=ABORT_AFTER_STEPS)
+    preemptions = counter(spec_llm, "vllm:num_preemptions") - preempted_before
+    [drafter] = vllm_adapter().drafter_metrics(spec_llm)
+    return Results(reference, speculative, aborted_tokens, preemptions, drafter)
 
 
 def test_greedy_outputs_identical(results):
-    reference, speculative, _ = results
-    assert len(reference) >= 20
-    for name, ref in reference.items():
-        assert name in speculative, f"{name} has no output"
-        assert speculative[name].outputs[0].token_ids == ref.outputs[0].token_ids, name
+    assert len(results.reference) >= 20
+    for name, ref in results.reference.items():
+        assert name in results.speculative, f"{name} has no output"
+        assert results.speculative[name].outputs[0].token_ids == ref.outputs[0].token_ids, name
 
 
-def test_aborted_request_left_the_batch(results):
-    _, speculative, _ = results
-    out = speculative.get(ABORTED)
-    assert out is None or out.outputs[0].finish_reason == "abort" or len(
-        out.outputs[0].token_ids) < 200
+def test_aborted_request_reached_the_drafter_and_stayed_out_of_the_global_cache(results):
+    out = results.speculative.get(ABORTED)
+    assert out is None or out.outputs[0].finish_reason == "abort"
+    drafter = results.drafter
+    # every request left the drafter: the aborted one (which never finished) by its abort
+    assert drafter["requests"] >= len(results.reference) + 1  # the aborted one started
+    assert drafter["live_requests"] == 0 and drafter["aborted"] >= 1
+    # finishing is the only way into the global cache: the finished requests, not the aborted one
+    finished = [o for name, o in results.speculative.items() if name != ABORTED]
+    assert drafter["finished"] == len(finished)
+    assert results.aborted_tokens >= ABORT_AFTER_STEPS // 2  # it was aborted mid-flight
+    # the cache holds the finished outputs (cache_prompts is off); a request that stops inside a
+    # step's accepted run (max_tokens, EOS) may leave up to k tokens past its stop there (vLLM
+    # trims them from the output only)
+    finished_tokens = sum(len(o.outputs[0].token_ids) for o in finished)
+    assert 0 <= drafter["global_cache_tokens"] - finished_tokens <= NUM_SPEC_TOKENS * len(finished)
 
 
 def test_request_runs_into_max_model_len(results):
-    reference, speculative, _ = results
-    out = speculative[LENGTH_CAPPED]
+    out = results.speculative[LENGTH_CAPPED]
     assert out.outputs[0].finish_reason == "length"
     assert len(out.prompt_token_ids) + len(out.outputs[0].token_ids) == MAX_MODEL_LEN
-    assert out.outputs[0].token_ids == reference[LENGTH_CAPPED].outputs[0].token_ids
+    assert out.outputs[0].token_ids == results.reference[LENGTH_CAPPED].outputs[0].token_ids
 
 
 def test_preemption_happened(results):
     # The KV cache is sized so that the batch cannot all fit: requests were preempted and resumed
     # (and their outputs still matched above).
-    _, _, preemptions = results
-    assert preemptions > 0
+    assert results.preemptions > 0
 
 
 def test_specdraft_tracked_requests_and_vllm_counted_drafts(spec_llm, results):

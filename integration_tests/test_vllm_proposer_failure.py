@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import NUM_SPEC_TOKENS, make_llm, spec_config
-from workloads import PROMPTS
+from live_prompts import PROMPTS
 
 
 @pytest.fixture(scope="module")

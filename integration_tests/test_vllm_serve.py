@@ -15,7 +15,7 @@ import time
 
 import httpx
 import pytest
-from workloads import ECHO_PROMPT, PROMPTS
+from live_prompts import ECHO_PROMPT, PROMPTS
 
 SERVED = "smollm2"
 NUM_SPEC_TOKENS = 8

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import sys
 import time
 
 from specdraft import live
+from specdraft.results import write_results
 
 
 class LoadedEngines:
@@ -188,7 +188,7 @@ def _mal(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def format_table(table: dict) -> str:
+def format_live_table(table: dict) -> str:
     """The summary over rounds, the cold round, then one line per method and round."""
     hdr = (f"{'method':<12} {'tok/s':>7} {'x min':>6} {'x med':>6} {'cold':>6} {'MAL':>5} "
            f"{'drafted':>8} {'accepted':>9} {'identical':>9}")
@@ -243,19 +243,6 @@ def plot_live(table: dict, path: str, title: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_results(path: str, payload: dict, table: dict, title: str, progress) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=1)
-    progress(f"[bench] results: {path}")
-    png = os.path.splitext(path)[0] + ".png"
-    try:
-        plot_live(table, png, title)
-        progress(f"[bench] chart: {png}")
-    except ImportError:
-        progress("[bench] matplotlib not installed: no chart")
-
-
 def engine_plan(model_dir: str, num_engines: int, progress) -> live.EnginePlan:
     """The memory plan, printed in one line; MemoryPlanError when not even one engine fits."""
     plan = live.plan_engines(model_dir, num_engines)
@@ -288,10 +275,8 @@ def main(argv=None) -> int:
 
     from specdraft.models import resolve_model
     from specdraft.replay import load_trace
-    configs = live.method_configs()
-    unknown = [m for m in args.methods if m not in configs]
-    if unknown or "none" not in args.methods:
-        ap.error(f"--methods must include 'none' and be among {', '.join(configs)}; got {unknown}")
+    if why := live.methods_error(args.methods):
+        ap.error(why)
     try:
         records = load_trace(args.traces)
     except (OSError, ValueError) as e:
@@ -343,8 +328,9 @@ def main(argv=None) -> int:
              f"float32 CPU")
     print()
     print(title)
-    print(format_table(table))
+    print(format_live_table(table))
     print(f"no-speculation outputs identical to the trace: {'yes' if matches_trace else 'NO'}")
     write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "table": table,
-                              "no_spec_matches_trace": matches_trace}, table, title, progress)
+                              "no_spec_matches_trace": matches_trace},
+                  plot=lambda png: plot_live(table, png, title), say=progress, tag="bench")
     return 0 if all(t["identical_to_no_spec"] for t in table.values()) else 1

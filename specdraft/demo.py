@@ -73,13 +73,11 @@ def main(argv=None) -> int:
         print(msg, flush=True)
 
     from specdraft import live
-    from specdraft.bench import (format_table, run_interleaved, start_engines, summarize,
-                                 write_results)
+    from specdraft.bench import format_live_table, plot_live, run_interleaved, start_engines, summarize
     from specdraft.models import resolve_model
-    configs = live.method_configs()
-    unknown = [m for m in args.methods if m not in configs]
-    if unknown or "none" not in args.methods:
-        ap.error(f"--methods must include 'none' and be among {', '.join(configs)}; got {unknown}")
+    from specdraft.results import write_results
+    if why := live.methods_error(args.methods):
+        ap.error(why)
     path = resolve_model(args.model, progress)
     progress(f"[demo] model {args.model}: {path}")
     try:
@@ -112,9 +110,10 @@ def main(argv=None) -> int:
              f"({plan.mode}), caches cleared before every run, float32, CPU")
     print()
     print(title)
-    print(format_table(table))
+    print(format_live_table(table))
     write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "prompts": names,
-                              "table": table}, table, title, progress)
+                              "table": table},
+                  plot=lambda png: plot_live(table, png, title), say=progress, tag="demo")
     ok = all(t["identical_to_no_spec"] for t in table.values())
     return 0 if ok else 1
 

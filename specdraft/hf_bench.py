@@ -22,11 +22,12 @@ q tokens after the cache verifies q - 1 draft tokens; each pass emits accepted +
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
+
+from specdraft.live import cpu_pressure
+from specdraft.results import write_results
 
 METHODS = ("generate", "hf-lookup", "hf-assisted", "specdraft-chain", "specdraft-tree")
 DTYPES = ("bfloat16", "float32")
@@ -39,9 +40,9 @@ def load_model(name: str, dtype: str):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from specdraft.models import MODELS, model_path
+    from specdraft.models import resolve_model
 
-    path = model_path(name) if name in MODELS else name
+    path = resolve_model(name)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     model.eval()
     return model
@@ -100,14 +101,6 @@ class Runner:
         return toks, secs, _hf_counts(calls, len(prompt), len(toks))
 
 
-def cpu_pressure() -> str | None:
-    try:
-        with open("/proc/pressure/cpu") as f:
-            return f.readline().strip()
-    except OSError:
-        return None
-
-
 def summarize(runs: dict, baselines: list[str]) -> dict:
     """``runs[method]``: one dict per round with tokens, seconds, counts and outputs."""
     ref = runs["generate"][0]["outputs"]
@@ -135,7 +128,7 @@ def summarize(runs: dict, baselines: list[str]) -> dict:
     return table
 
 
-def format_table(table: dict, baselines: list[str]) -> str:
+def format_hf_table(table: dict, baselines: list[str]) -> str:
     ratio_cols = [f"x {b}" for b in baselines]
     hdr = (f"| method | tok/s | {' | '.join(ratio_cols)} | tokens/pass | MAL | nodes/accepted "
            f"| drafted | accepted | identical |")
@@ -244,8 +237,7 @@ def main(argv=None) -> int:
              f"{args.rounds} interleaved rounds, batch 1")
     print()
     print(title)
-    print(format_table(table, baselines))
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    print(format_hf_table(table, baselines))
     payload = {"settings": {**vars(args), "traces": traces, "assistant": assistant_name,
                             "methods": methods, "dtype": args.dtype,
                             "transformers": __import__("transformers").__version__,
@@ -253,9 +245,7 @@ def main(argv=None) -> int:
                "title": title, "table": table,
                "runs": {m: [{k: v for k, v in r.items() if k != "outputs"} for r in rs]
                         for m, rs in runs.items()}}
-    with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=1)
-    progress(f"[hf-bench] results: {args.json}")
+    write_results(args.json, payload, say=progress, tag="hf-bench")
     return 0
 
 

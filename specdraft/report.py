@@ -9,7 +9,8 @@ A generated block in a Markdown file looks like this::
 ``specdraft report`` rewrites every block from the JSON it names; ``--check`` changes nothing and
 exits 1 when a block differs from what its JSON gives (a test runs it, so typed edits to a
 generated table fail). Kinds: ``live`` (``specdraft bench`` / ``demo`` results), ``replay`` (the
-full ``specdraft replay`` table) and ``replay-summary`` (the default strategy against arctic).
+full ``specdraft replay`` table), ``replay-summary`` (the default strategy against arctic) and
+``overhead`` (``specdraft overhead`` results).
 """
 
 from __future__ import annotations
@@ -76,7 +77,15 @@ def replay_summary(result: dict) -> str:
     return summary_table(result) + "\n"
 
 
-KINDS = {"live": live_table, "replay": replay_table, "replay-summary": replay_summary}
+def overhead_table(result: dict) -> str:
+    """Microseconds per request-step by method and batch, and specdraft's ratios to the peers."""
+    from specdraft.overhead import format_overhead_table
+
+    return format_overhead_table(result) + "\n"
+
+
+KINDS = {"live": live_table, "replay": replay_table, "replay-summary": replay_summary,
+         "overhead": overhead_table}
 
 
 def render(text: str, root: Path) -> str:

@@ -17,11 +17,17 @@ def test_benchmarks_md_is_generated():
     assert report.render(text, ROOT) == text, "stale table: run `specdraft report`"
 
 
-def test_typed_edit_is_caught(tmp_path):
+def test_every_kind_is_used():
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
-    m = report.BLOCK.search(text)
+    assert {m.group(2) for m in report.BLOCK.finditer(text)} == set(report.KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(report.KINDS))
+def test_typed_edit_is_caught(kind):
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    m = next(m for m in report.BLOCK.finditer(text) if m.group(2) == kind)
     edited = text[: m.start(4)] + m.group(4).replace("|", "| 9.99 |", 1) + text[m.end(4):]
-    assert report.render(edited, ROOT) == text
+    assert edited != text and report.render(edited, ROOT) == text
 
 
 def test_unknown_kind(tmp_path):

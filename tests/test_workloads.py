@@ -30,6 +30,7 @@ from specdraft.workloads import (
     generate_all,
     load_jsonl,
 )
+from specdraft.workloads.generators import _FLIPS as FLIPS
 
 NAMES = list(WORKLOADS)
 
@@ -157,7 +158,7 @@ def test_code_edit_kinds(samples: dict) -> None:
             bug = r["meta"]["bug"]
             assert "fix the bug" in body.lower()
             assert bug["buggy_line"] in code and bug["original_line"] != bug["buggy_line"]
-            assert wl._FLIPS[bug["original"]] == bug["planted"]
+            assert FLIPS[bug["original"]] == bug["planted"]
         if r["meta"]["edit"] == "rename_variable":
             assert f"`{r['meta']['old_name']}`" in body and r["meta"]["new_name"] not in code
 

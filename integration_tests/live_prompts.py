@@ -1,4 +1,5 @@
-"""Prompts for the integration tests, across the workloads specdraft targets."""
+"""Prompts for the live-engine integration tests, across the workloads specdraft targets (the
+benchmark workloads are specdraft.workloads)."""
 
 from __future__ import annotations
 

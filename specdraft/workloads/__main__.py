@@ -1,0 +1,7 @@
+"""``python -m specdraft.workloads``."""
+
+import sys
+
+from specdraft.workloads.cli import main
+
+sys.exit(main())
