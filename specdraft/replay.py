@@ -41,6 +41,7 @@ from typing import Iterable
 
 from specdraft.jsonl import located, read_jsonl, token_ids
 from specdraft.proposers.controller import COST_MODELS, CostModel
+from specdraft.results import write_results
 
 TRACE_FIELDS = {"id": str, "prompt_token_ids": list, "output_token_ids": list}
 
@@ -527,7 +528,7 @@ def _f(v, spec=".2f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def format_table(out: dict) -> str:
+def format_replay_table(out: dict) -> str:
     bs = out["settings"]["batches"]
     cm = out["settings"]["cost_model"]
     rows = [f"{'workload':<14} {'method':<22} {'tok/pass':>8} {'MAL':>6} {'drafted':>8} "
@@ -589,7 +590,7 @@ def summary_table(out: dict, ours: str = "specdraft-suffix", peer: str = "arctic
     return "\n".join(rows)
 
 
-def plot(out: dict, path: str) -> None:
+def plot_replay(out: dict, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -666,19 +667,11 @@ def main(argv=None) -> int:
     out = replay(records, args.methods, args.max_draft, spec or name, args.batches,
                  progress=lambda m: print(m, flush=True))
     out["settings"]["cost_model"] = name
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=1)
-    print(format_table(out))
+    print(format_replay_table(out))
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:
             f.write(markdown_table(out) + "\n")
         print(f"[replay] markdown table: {args.markdown}")
-    png = args.png or os.path.splitext(args.json)[0] + ".png"
-    try:
-        plot(out, png)
-        print(f"[replay] chart: {png}")
-    except ImportError:
-        print("[replay] matplotlib not installed: no chart")
-    print(f"[replay] results: {args.json}")
+    write_results(args.json, out, plot=lambda png: plot_replay(out, png), png=args.png,
+                  tag="replay")
     return 0
