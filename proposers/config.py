@@ -39,6 +39,7 @@ class DrafterConfig:
     request_decay: float = 0.9         # weight kept by old evidence at each new observation
     idle_decay: float = 0.9            # evidence kept per step a request does not draft
     min_gain: float = 0.1              # never draft a node less likely than this to be accepted
+    max_waste: float = 64.0            # stop a draft once its expected rejected nodes pass this
     native: Any = "auto"               # use the C++ index: "auto", True, False
     shared_cache: Any = None           # {"name": ..., "tokens": N}: one cache for all replicas
     #                                    (a Ray actor; see specdraft.proposers.shared_cache)
@@ -117,6 +118,8 @@ class DrafterConfig:
              "a number in (0, 1]")
         need(is_num(self.idle_decay) and 0 < self.idle_decay <= 1, "idle_decay", "a number in (0, 1]")
         need(is_num(self.min_gain) and 0.0 <= self.min_gain < 1.0, "min_gain", "a number in [0, 1)")
+        need(is_num(self.max_waste) and self.max_waste > 0, "max_waste",
+             "a number > 0 (expected rejected draft nodes per request and step)")
         need(self.native in ("auto", True, False), "native", "'auto', true or false")
 
 

@@ -121,9 +121,10 @@ class _RequestEvidence:
 class DraftLengthController:
     def __init__(self, cost_model: CostModel | None = None, calibration_prior: float = 8.0,
                  request_prior: float = 1.0, request_decay: float = 0.9, idle_decay: float = 0.9,
-                 min_gain: float = 0.1):
+                 min_gain: float = 0.1, max_waste: float = 64.0):
         self.cost_model = cost_model or CostModel()
         self.min_gain = min_gain
+        self.max_waste = max_waste
         self.calibration_prior = calibration_prior
         self.request_prior = request_prior
         self.request_decay = request_decay
@@ -202,9 +203,13 @@ class DraftLengthController:
         B = len(keys)
         gains = []  # (-gain, request): each request's gains are non-increasing already
         for r, (key, (parents, probs)) in enumerate(zip(keys, drafts)):
+            waste = 0.0
             for g in self.path_gains(key, parents, probs):
                 if g < self.min_gain:
                     break  # the rest are below the floor too
+                waste += 1.0 - g
+                if waste > self.max_waste:
+                    break  # the draft would waste more than max_waste tokens in expectation
                 gains.append((-g, r))
         if B > 1:
             gains.sort()

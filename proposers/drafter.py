@@ -78,7 +78,8 @@ class NativeController:
     def __init__(self, core, cfg: DrafterConfig):
         curve = CURVES[cfg.cost_model] if isinstance(cfg.cost_model, str) else cfg.cost_model
         core.set_controller([(float(t), float(c)) for t, c in curve], 4.0, cfg.calibration_prior,
-                            cfg.request_prior, cfg.request_decay, cfg.idle_decay, cfg.min_gain)
+                            cfg.request_prior, cfg.request_decay, cfg.idle_decay, cfg.min_gain,
+                            cfg.max_waste)
         self._core = core
         self.cost_model = _NativeCostModel(core)
 
@@ -159,7 +160,7 @@ class SpecDrafter:
         else:
             self.controller = DraftLengthController(
                 CostModel(cfg.cost_model), cfg.calibration_prior, cfg.request_prior,
-                cfg.request_decay, cfg.idle_decay, cfg.min_gain)
+                cfg.request_decay, cfg.idle_decay, cfg.min_gain, cfg.max_waste)
         self._tree = cfg.strategy == "tree"
         self._handles: dict[object, int] = {}
         self._next_handle = 0

@@ -39,17 +39,19 @@ def _random_tree(rng: random.Random, n: int, chain: bool) -> tuple[list[int], li
 
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), curve=st.sampled_from(sorted(CURVES) + ["custom"]),
-       min_gain=st.sampled_from([0.0, 0.1, 0.4]), chain=st.booleans())
-def test_native_controller_chooses_what_the_python_controller_chooses(seed, curve, min_gain, chain):
+       min_gain=st.sampled_from([0.0, 0.1, 0.4]), max_waste=st.sampled_from([0.3, 2.0, 64.0]),
+       chain=st.booleans())
+def test_native_controller_chooses_what_the_python_controller_chooses(seed, curve, min_gain,
+                                                                      max_waste, chain):
     rng = random.Random(seed)
     points = ([(1, 1.0), (3, 1.2), (40, 2.5), (100, 9.0)] if curve == "custom"
               else CURVES[curve])
     py = DraftLengthController(CostModel(points), calibration_prior=rng.choice([1.0, 8.0]),
                                request_prior=1.0, request_decay=0.9, idle_decay=0.8,
-                               min_gain=min_gain)
+                               min_gain=min_gain, max_waste=max_waste)
     core = native.SuffixCore(max_depth=4)
     core.set_controller([(float(t), float(c)) for t, c in points], 4.0, py.calibration_prior,
-                        1.0, 0.9, 0.8, min_gain)
+                        1.0, 0.9, 0.8, min_gain, max_waste)
     keys = list(range(6))
     for _ in range(40):
         op = rng.random()

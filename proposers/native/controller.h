@@ -78,6 +78,7 @@ struct ControllerParams {
   double request_decay = 0.9;
   double idle_decay = 0.9;
   double min_gain = 0.1;
+  double max_waste = 64.0;
 };
 
 class DraftLengthController {
@@ -151,8 +152,11 @@ class DraftLengthController {
     for (size_t r = 0; r < num; ++r) {
       const int64_t a = offsets[r], b = offsets[r + 1];
       path_gains(keys[r], parents + a, probs + a, (size_t)(b - a), scratch_);
+      double waste = 0.0;
       for (double g : scratch_) {
         if (g < params_.min_gain) break;  // the rest are below the floor too
+        waste += 1.0 - g;
+        if (waste > params_.max_waste) break;  // more than max_waste tokens wasted in expectation
         gains_.emplace_back(-g, (int64_t)r);
       }
     }

@@ -697,20 +697,20 @@ PYBIND11_MODULE(_suffix_native, m) {
            "(started, finished, aborted, accepted, drafts, drafted_tokens)). GIL released.")
       .def("set_controller",
            [](PyCore& s, py::handle curve, double cost_prior, double calibration_prior, double request_prior,
-              double request_decay, double idle_decay, double min_gain) {
+              double request_decay, double idle_decay, double min_gain, double max_waste) {
              std::vector<std::pair<double, double>> pts;
              for (py::handle p : curve) {
                py::sequence q = py::reinterpret_borrow<py::sequence>(p);
                pts.emplace_back(q[0].cast<double>(), q[1].cast<double>());
              }
              if (pts.size() < 2) throw ValueErr{"cost curve needs at least 2 points"};
-             ControllerParams prm{calibration_prior, request_prior, request_decay, idle_decay, min_gain};
+             ControllerParams prm{calibration_prior, request_prior, request_decay, idle_decay, min_gain, max_waste};
              Lock lk(s.mu);
              s.ctl = std::make_unique<DraftLengthController>(CostModel(pts, cost_prior), prm);
            },
            py::arg("curve"), py::arg("cost_prior") = 4.0, py::arg("calibration_prior") = 8.0,
            py::arg("request_prior") = 1.0, py::arg("request_decay") = 0.9, py::arg("idle_decay") = 0.9,
-           py::arg("min_gain") = 0.1, "Attach the native draft-length controller (twin of DraftLengthController).")
+           py::arg("min_gain") = 0.1, py::arg("max_waste") = 64.0, "Attach the native draft-length controller (twin of DraftLengthController).")
       .def("ctl_observe",
            [](PyCore& s, int64_t h, int64_t n) {
              Lock lk(s.mu);
