@@ -219,12 +219,13 @@ class HFPromptLookupMethod(Method):
 
 
 def _specdraft(name: str, chain_only: bool = False, **options):
-    def make(cost_model=None):
-        opts = dict(options)
+    def make(cost_model=None, overrides: dict | None = None):
+        opts = {**options, **(overrides or {})}
         if cost_model is not None:
             opts["cost_model"] = cost_model
         return SpecdraftMethod(name, opts, chain_only=chain_only)
     make.adaptive = options.get("adaptive", True)  # its controller needs the cost curve
+    make.specdraft = True  # takes option overrides (--specdraft-options)
     return make
 
 
@@ -312,8 +313,11 @@ def _replay_method(method: Method, records: list[dict], max_k: int, workloads, p
 
 
 def replay(records: list[dict], methods: list[str], max_k: int = 16,
-           cost_models: dict | None = None, progress=None) -> dict:
+           cost_models: dict | None = None, progress=None,
+           specdraft_options: dict | None = None) -> dict:
     """Replay every method over the records.
+
+    ``specdraft_options`` override the options of every specdraft method (ablations).
 
     Counts come from one run per method. A method with the adaptive controller is run once per
     cost model, its controller using that curve, and each estimated speedup comes from the run
@@ -331,7 +335,9 @@ def replay(records: list[dict], methods: list[str], max_k: int = 16,
         runs = {}
         t0 = time.perf_counter()
         for cm, curve in (cost_models.items() if adaptive else [(None, None)]):
-            runs[cm] = _replay_method(factory(curve), records, max_k, workloads, progress)
+            method = (factory(curve, specdraft_options) if getattr(factory, "specdraft", False)
+                      else factory(curve))
+            runs[cm] = _replay_method(method, records, max_k, workloads, progress)
             if cm is not None and len(runs) == 1:
                 secs = time.perf_counter() - t0  # the speed of one pass over the trace
         if not adaptive:
@@ -355,7 +361,8 @@ def replay(records: list[dict], methods: list[str], max_k: int = 16,
                      f"({speed[mname]['replayed_tokens_per_s']:,.0f} tokens/s)")
     return {"results": results, "speed": speed, "settings": {
         "max_draft": max_k, "methods": methods, "cost_models": cost_models,
-        "requests": len(records), "models": sorted({str(r.get("model")) for r in records})}}
+        "requests": len(records), "models": sorted({str(r.get("model")) for r in records}),
+        "specdraft_options": specdraft_options or {}}}
 
 
 # ------------------------------------------------------------------------------ output
@@ -439,12 +446,24 @@ def main(argv=None) -> int:
     ap.add_argument("--max-draft", type=int, default=16, help="draft budget per step (default 16)")
     ap.add_argument("--cost-model", nargs="+", help="cost curves: preset names "
                     f"({', '.join(CURVES)}) or NAME=FILE.json; default: all presets")
+    ap.add_argument("--specdraft-options", default="{}", metavar="JSON",
+                    help='options for every specdraft method, e.g. \'{"max_waste": 64}\' (ablations)')
     ap.add_argument("--json", required=True, help="where to write the results")
     ap.add_argument("--png", help="chart path (default: next to --json)")
     ap.add_argument("--markdown", help="also write the table as Markdown here")
     args = ap.parse_args(argv)
     if args.max_draft < 1:
         ap.error(f"--max-draft must be >= 1, got {args.max_draft}")
+    from specdraft.proposers.base import SpecdraftConfigError
+    from specdraft.proposers.config import DrafterConfig
+    try:
+        sd_opts = json.loads(args.specdraft_options)
+        if not isinstance(sd_opts, dict):
+            raise SpecdraftConfigError("--specdraft-options must be a JSON object")
+        DrafterConfig.from_dict(sd_opts)
+    except (json.JSONDecodeError, SpecdraftConfigError) as e:
+        print(f"specdraft replay: --specdraft-options: {e}", file=sys.stderr)
+        return 2
     records = []
     for path in args.traces:
         try:
@@ -456,7 +475,7 @@ def main(argv=None) -> int:
     print(f"[replay] {len(records)} requests, {sum(len(r['output_token_ids']) for r in records):,} "
           f"output tokens, methods: {' '.join(args.methods)}", flush=True)
     out = replay(records, args.methods, args.max_draft, cms,
-                 progress=lambda m: print(m, flush=True))
+                 progress=lambda m: print(m, flush=True), specdraft_options=sd_opts)
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)
