@@ -78,7 +78,7 @@ struct ControllerParams {
   double request_decay = 0.9;
   double idle_decay = 0.9;
   double min_gain = 0.1;
-  double max_waste = 64.0;
+  double max_waste = 8.0;
 };
 
 class DraftLengthController {

@@ -710,7 +710,7 @@ PYBIND11_MODULE(_suffix_native, m) {
            },
            py::arg("curve"), py::arg("cost_prior") = 4.0, py::arg("calibration_prior") = 8.0,
            py::arg("request_prior") = 1.0, py::arg("request_decay") = 0.9, py::arg("idle_decay") = 0.9,
-           py::arg("min_gain") = 0.1, py::arg("max_waste") = 64.0, "Attach the native draft-length controller (twin of DraftLengthController).")
+           py::arg("min_gain") = 0.1, py::arg("max_waste") = 8.0, "Attach the native draft-length controller (twin of DraftLengthController).")
       .def("ctl_observe",
            [](PyCore& s, int64_t h, int64_t n) {
              Lock lk(s.mu);
