@@ -29,9 +29,10 @@ Waste cap
 ---------
 When a pass is memory-bound the cost curve is flat and any node with a gain above ``min_gain``
 pays for itself, so a weak start (a short match whose first token is a coin flip) would be
-followed by a full-budget chain that is rejected as a whole. Each request's nodes are therefore
-taken only while the expected number of rejected ones, ``sum(1 - gain)``, stays within
-``max_waste``: a confident copy runs to the budget, a guess stays short. On the recorded traces
+followed by a full-budget chain that is rejected as a whole. Each request's chain is therefore
+taken only while the expected number of its rejected nodes, ``sum(1 - gain)``, stays within
+``max_waste``: a confident copy runs to the budget, a guess stays short. Trees are not capped:
+their alternatives are there to be rejected, and the cost curve prices them. On the recorded traces
 (`specdraft replay --specdraft-options '{"max_waste": 64}'` turns it off) 8 cuts drafted tokens
 per accepted token by 5-12% at the same tokens per pass; smaller caps cut more waste and start
 to cost tokens per pass.
@@ -214,13 +215,15 @@ class DraftLengthController:
         B = len(keys)
         gains = []  # (-gain, request): each request's gains are non-increasing already
         for r, (key, (parents, probs)) in enumerate(zip(keys, drafts)):
+            # chains only: a tree's alternatives are there to be rejected
+            cap = self.max_waste if all(p == i - 1 for i, p in enumerate(parents)) else math.inf
             waste = 0.0
             for g in self.path_gains(key, parents, probs):
                 if g < self.min_gain:
                     break  # the rest are below the floor too
                 waste += 1.0 - g
-                if waste > self.max_waste:
-                    break  # the draft would waste more than max_waste tokens in expectation
+                if waste > cap:
+                    break  # the chain would waste more than max_waste tokens in expectation
                 gains.append((-g, r))
         if B > 1:
             gains.sort()

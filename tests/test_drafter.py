@@ -131,6 +131,8 @@ def test_controller_caps_the_expected_waste_of_a_draft():
     assert 1 <= k < 16 and sum(1 - g for g in gains[:k]) <= 2.0 < sum(1 - g for g in gains[:k + 1])
     sure = (list(range(-1, 15)), [0.999] * 16)  # a confident draft is cut much later
     assert capped.choose(["s"], [sure])[0] >= k + 6
+    tree = ([-1, -1] + list(range(0, 14)), [0.5, 0.4] + [0.999] * 14)  # trees are not capped
+    assert capped.choose(["t"], [tree]) == loose.choose(["t"], [tree]) == [16]
 
 
 def test_controller_is_deterministic():
