@@ -48,7 +48,8 @@ def make_core(cfg: DrafterConfig):
         return PromptLookupCore(cfg.lookup_min, cfg.lookup_max)
     kwargs = dict(max_depth=cfg.max_depth, global_cache_tokens=cfg.global_cache_tokens,
                   max_children=cfg.max_children if cfg.strategy == "tree" else 1,
-                  min_path_prob=cfg.min_path_prob, cache_prompts=cfg.cache_prompts)
+                  min_path_prob=cfg.min_path_prob, cache_prompts=cfg.cache_prompts,
+                  local_weight=cfg.local_weight)
     cls = native_core_class() if cfg.native in ("auto", True) else None
     if cls is None and cfg.native is True:
         raise SpecdraftConfigError("invalid specdraft option native=True: the native extension "
