@@ -40,7 +40,7 @@ class DrafterConfig:
     request_decay: float = 0.9         # weight kept by old evidence at each new observation
     idle_decay: float = 0.9            # evidence kept per step a request does not draft
     min_gain: float = 0.1              # never draft a node less likely than this to be accepted
-    max_waste: float = 8.0             # stop a draft once its expected rejected nodes pass this
+    max_waste: float = 8.0             # stop a chain once its expected rejected nodes pass this
     native: Any = "auto"               # use the C++ index: "auto", True, False
     shared_cache: Any = None           # {"name": ..., "tokens": N}: one cache for all replicas
     #                                    (a Ray actor; see specdraft.proposers.shared_cache)

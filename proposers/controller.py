@@ -32,10 +32,9 @@ pays for itself, so a weak start (a short match whose first token is a coin flip
 followed by a full-budget chain that is rejected as a whole. Each request's chain is therefore
 taken only while the expected number of its rejected nodes, ``sum(1 - gain)``, stays within
 ``max_waste``: a confident copy runs to the budget, a guess stays short. Trees are not capped:
-their alternatives are there to be rejected, and the cost curve prices them. On the recorded traces
-(`specdraft replay --specdraft-options '{"max_waste": 64}'` turns it off) 8 cuts drafted tokens
-per accepted token by 5-12% at the same tokens per pass; smaller caps cut more waste and start
-to cost tokens per pass.
+their alternatives are there to be rejected, and the cost curve prices them. What the cap buys
+on recorded traces is in benchmarks/results/chain-drafts/summary.md (smaller caps cut more
+waste and start to cost tokens per pass).
 
 Cost curve
 ----------
