@@ -27,6 +27,7 @@ class DrafterConfig:
     max_depth: int = 24                # longest context suffix the index matches on
     global_cache_tokens: int = 1_000_000  # budget of the cache of earlier requests (0: off)
     cache_prompts: bool = False        # also cache finished requests' prompts
+    local_weight: int = 6              # weight of the request's own index against the global cache
     corpus_files: tuple[str, ...] = ()  # token corpora drafts may copy from
     max_children: int = 4              # branching of tree drafts
     min_path_prob: float = 0.02        # do not draft nodes less likely than this
@@ -41,6 +42,7 @@ class DrafterConfig:
     request_decay: float = 0.9         # weight kept by old evidence at each new observation
     idle_decay: float = 0.9            # evidence kept per step a request does not draft
     min_gain: float = 0.1              # never draft a node less likely than this to be accepted
+    max_waste: float = 8.0             # stop a chain once its expected rejected nodes pass this
     native: Any = "auto"               # use the C++ index: "auto", True, False
     shared_cache: Any = None           # {"name": ..., "tokens": N}: one cache for all replicas
     #                                    (a Ray actor; see specdraft.proposers.shared_cache)
@@ -96,6 +98,8 @@ class DrafterConfig:
              and 0 <= self.global_cache_tokens <= MAX_GLOBAL_CACHE_TOKENS, "global_cache_tokens",
              f"an integer in [0, {MAX_GLOBAL_CACHE_TOKENS}] (0 turns the global cache off)")
         need(isinstance(self.cache_prompts, bool), "cache_prompts", "true or false")
+        need(is_int(self.local_weight) and 1 <= self.local_weight <= 64, "local_weight",
+             "an integer in [1, 64]")
         need(all(isinstance(f, str) and f for f in self.corpus_files), "corpus_files",
              "a list of file paths (.jsonl with token_ids or text, or text files)")
         need(is_int(self.max_children) and 1 <= self.max_children <= 16, "max_children",
@@ -123,6 +127,8 @@ class DrafterConfig:
              "a number in (0, 1]")
         need(is_num(self.idle_decay) and 0 < self.idle_decay <= 1, "idle_decay", "a number in (0, 1]")
         need(is_num(self.min_gain) and 0.0 <= self.min_gain < 1.0, "min_gain", "a number in [0, 1)")
+        need(is_num(self.max_waste) and self.max_waste > 0, "max_waste",
+             "a number > 0 (expected rejected draft nodes per request and step)")
         need(self.native in ("auto", True, False), "native", "'auto', true or false")
 
 

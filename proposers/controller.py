@@ -28,6 +28,17 @@ factor, (accepted + prior) / (expected + prior) over its recent drafts (old evid
 stops drafting. While it does not draft its evidence decays by ``idle_decay`` per step, so the
 factor drifts back to 1 and drafting is tried again ("until evidence returns").
 
+Waste cap
+---------
+When a pass is memory-bound the cost curve is flat and any node with a gain above ``min_gain``
+pays for itself, so a weak start (a short match whose first token is a coin flip) would be
+followed by a full-budget chain that is rejected as a whole. Each request's chain is therefore
+taken only while the expected number of its rejected nodes, ``sum(1 - gain)``, stays within
+``max_waste``: a confident copy runs to the budget, a guess stays short. Trees are not capped:
+their alternatives are there to be rejected, and the cost curve prices them. What the cap buys
+on recorded traces is in benchmarks/results/chain-drafts/summary.md (smaller caps cut more
+waste and start to cost tokens per pass).
+
 Verification cost
 -----------------
 Measured pass times (``benchmarks/data/h200_cost_curve.md``, a copy of
@@ -241,9 +252,10 @@ class _RequestEvidence:
 class DraftLengthController:
     def __init__(self, cost_model: CostModel | None = None, calibration_prior: float = 8.0,
                  request_prior: float = 1.0, request_decay: float = 0.9, idle_decay: float = 0.9,
-                 min_gain: float = 0.1):
+                 min_gain: float = 0.1, max_waste: float = 8.0):
         self.cost_model = cost_model or CostModel()
         self.min_gain = min_gain
+        self.max_waste = max_waste
         self.calibration_prior = calibration_prior
         self.request_prior = request_prior
         self.request_decay = request_decay
@@ -329,9 +341,15 @@ class DraftLengthController:
         R, S, longest = int(batch[0]), float(batch[1]), float(batch[2])
         gains = []  # (-gain, request): each request's gains are non-increasing already
         for r, (key, (parents, probs)) in enumerate(zip(keys, drafts)):
+            # chains only: a tree's alternatives are there to be rejected
+            cap = self.max_waste if all(p == i - 1 for i, p in enumerate(parents)) else math.inf
+            waste = 0.0
             for g in self.path_gains(key, parents, probs):
                 if g < self.min_gain:
                     break  # the rest are below the floor too
+                waste += 1.0 - g
+                if waste > cap:
+                    break  # the chain would waste more than max_waste tokens in expectation
                 gains.append((-g, r))
         if B > 1:
             gains.sort()

@@ -48,7 +48,8 @@ def make_core(cfg: DrafterConfig):
         return PromptLookupCore(cfg.lookup_min, cfg.lookup_max)
     kwargs = dict(max_depth=cfg.max_depth, global_cache_tokens=cfg.global_cache_tokens,
                   max_children=cfg.max_children if cfg.strategy == "tree" else 1,
-                  min_path_prob=cfg.min_path_prob, cache_prompts=cfg.cache_prompts)
+                  min_path_prob=cfg.min_path_prob, cache_prompts=cfg.cache_prompts,
+                  local_weight=cfg.local_weight)
     cls = native_core_class() if cfg.native in ("auto", True) else None
     if cls is None and cfg.native is True:
         raise SpecdraftConfigError("invalid specdraft option native=True: the native extension "
@@ -84,7 +85,8 @@ class NativeController:
     def __init__(self, core, cfg: DrafterConfig):
         params, points = cost_spec(cfg.cost_model)
         core.set_controller(points, 4.0, cfg.calibration_prior, cfg.request_prior,
-                            cfg.request_decay, cfg.idle_decay, cfg.min_gain, params)
+                            cfg.request_decay, cfg.idle_decay, cfg.min_gain, params,
+                            cfg.max_waste)
         self._core = core
         self.cost_model = _NativeCostModel(core)
 
@@ -167,7 +169,7 @@ class SpecDrafter:
         else:
             self.controller = DraftLengthController(
                 CostModel(cfg.cost_model), cfg.calibration_prior, cfg.request_prior,
-                cfg.request_decay, cfg.idle_decay, cfg.min_gain)
+                cfg.request_decay, cfg.idle_decay, cfg.min_gain, cfg.max_waste)
         self._tree = cfg.strategy == "tree"
         self._handles: dict[object, int] = {}
         self._next_handle = 0

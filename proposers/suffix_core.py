@@ -12,7 +12,10 @@ Draft probabilities. At a draft node each index whose match is still alive gives
 distribution from continuation counts, ``c / (sum(c) + kappa / d)`` where d is the matched
 length: thin evidence is shrunk (one sighting after a 1-token match gives 0.5), but a long match
 is specific enough that even one sighting is likely to repeat (after 20 tokens it gives 0.95).
-The two distributions are mixed with weights equal to their match lengths, for the same reason. These are raw estimates; the adaptive
+The two distributions are mixed with weights equal to their match lengths, for the same reason,
+the request's own index counting ``local_weight`` times as much as the global cache: what this
+request wrote (or was given) predicts its next tokens better than other requests' outputs with the
+same match length (an agent rewriting its file, a summary quoting its document). These are raw estimates; the adaptive
 controller calibrates them against what the target actually accepted.
 """
 
@@ -40,12 +43,13 @@ class _Request:
 class SuffixCore:
     def __init__(self, max_depth: int = 24, global_cache_tokens: int = 1_000_000,
                  max_children: int = 4, min_path_prob: float = 0.02, kappa: float = 1.0,
-                 cache_prompts: bool = False):
+                 cache_prompts: bool = False, local_weight: int = 1):
         self.max_depth = max_depth
         self.global_cache_tokens = global_cache_tokens
         self.max_children = max_children
         self.min_path_prob = min_path_prob
         self.kappa = kappa
+        self.local_weight = local_weight
         self.cache_prompts = cache_prompts
         self.global_index = SuffixIndex(max_depth)
         self._requests: dict[int, _Request] = {}
@@ -137,9 +141,10 @@ class SuffixCore:
             for c in conts:
                 total += c[1]
             w = idx.dep[st[0]] + st[1]
-            wsum += w
+            wm = w if si else w * self.local_weight  # the request's own history counts more
+            wsum += wm
             for t, c, nst in conts[: self.max_children]:
-                probs[t] = probs.get(t, 0.0) + w * c / (total + self.kappa / w)
+                probs[t] = probs.get(t, 0.0) + wm * c / (total + self.kappa / w)
                 nx = nexts.get(t)
                 if nx is None:
                     nx = nexts[t] = [None, None]

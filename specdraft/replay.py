@@ -252,11 +252,12 @@ class HFPromptLookupMethod(Method):
 
 
 def _specdraft(name: str, chain_only: bool = False, **options):
-    def make(cost_model=None):
-        opts = dict(options)
+    def make(cost_model=None, overrides: dict | None = None):
+        opts = {**options, **(overrides or {})}
         if cost_model is not None:
             opts["cost_model"] = cost_model
         return SpecdraftMethod(name, opts, chain_only=chain_only)
+    make.specdraft = True  # takes option overrides (--specdraft-options)
     return make
 
 
@@ -445,7 +446,7 @@ def baseline_cost(records: list[dict], batch: int, cost) -> float:
 
 
 def _replay_method(factory, records: list[dict], max_k: int, workloads, cost_model, batches,
-                   progress) -> tuple[dict, float]:
+                   progress, specdraft_options: dict | None = None) -> tuple[dict, float]:
     """Per workload: counts at batch 1, and each batch's est. speedup and draft length; each
     (workload, batch) run starts from a fresh method (its caches see only that workload)."""
     per_w = {}
@@ -456,7 +457,9 @@ def _replay_method(factory, records: list[dict], max_k: int, workloads, cost_mod
         agg = None
         for b in batches:
             t0 = time.perf_counter()
-            r = replay_batched(factory(cost_model), recs, max_k, b, cm)
+            method = (factory(cost_model, specdraft_options) if getattr(factory, "specdraft", False)
+                      else factory(cost_model))
+            r = replay_batched(method, recs, max_k, b, cm)
             if b == batches[0]:
                 seconds += time.perf_counter() - t0
             if agg is None:
@@ -488,13 +491,14 @@ def default_cost_model(records: list[dict]) -> str:
 
 
 def replay(records: list[dict], methods: list[str], max_k: int = 16, cost_model=None,
-           batches=(1, 16, 64), progress=None) -> dict:
+           batches=(1, 16, 64), progress=None, specdraft_options: dict | None = None) -> dict:
     """Replay every method over the records, per workload, at each batch size.
 
     The counts (passes, drafted, accepted) are those of batch ``batches[0]``; each batch size
     adds its est. speedup under ``cost_model`` (default: the preset for the trace's model size)
     and its draft tokens per decode step. Adaptive specdraft methods size drafts with that cost
-    model, seeing the whole batch.
+    model, seeing the whole batch. ``specdraft_options`` override the options of every specdraft
+    method (ablations).
     """
     cost_model = cost_model or default_cost_model(records)
     batches = list(batches)
@@ -505,7 +509,7 @@ def replay(records: list[dict], methods: list[str], max_k: int = 16, cost_model=
         if mname not in METHODS:
             raise ValueError(f"unknown method {mname!r}; accepted: {', '.join(METHODS)}")
         per_w, secs = _replay_method(METHODS[mname], records, max_k, workloads, cost_model,
-                                     batches, progress)
+                                     batches, progress, specdraft_options)
         total_out = sum(a["output_tokens"] for a in per_w.values())
         speed[mname] = {"seconds": secs, "replayed_tokens_per_s": total_out / secs if secs else 0.0}
         for w, agg in per_w.items():
@@ -520,7 +524,8 @@ def replay(records: list[dict], methods: list[str], max_k: int = 16, cost_model=
                      f"({speed[mname]['replayed_tokens_per_s']:,.0f} tokens/s)")
     return {"results": results, "speed": speed, "settings": {
         "max_draft": max_k, "methods": methods, "cost_model": cost_model, "batches": batches,
-        "requests": len(records), "models": sorted({str(r.get("model")) for r in records})}}
+        "requests": len(records), "models": sorted({str(r.get("model")) for r in records}),
+        "specdraft_options": specdraft_options or {}}}
 
 
 # ------------------------------------------------------------------------------ output
@@ -644,6 +649,8 @@ def main(argv=None) -> int:
                     "or NAME=FILE.json; default: the GPU preset for the trace's model size")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64],
                     help="batch sizes to estimate speedup at (default 1 16 64); counts are the first's")
+    ap.add_argument("--specdraft-options", default="{}", metavar="JSON",
+                    help='options for every specdraft method, e.g. \'{"max_waste": 64}\' (ablations)')
     ap.add_argument("--json", required=True, help="where to write the results")
     ap.add_argument("--png", help="chart path (default: next to --json)")
     ap.add_argument("--markdown", help="also write the table as Markdown here")
@@ -652,6 +659,16 @@ def main(argv=None) -> int:
         ap.error(f"--max-draft must be >= 1, got {args.max_draft}")
     if min(args.batches) < 1:
         ap.error(f"--batches must be >= 1, got {args.batches}")
+    from specdraft.proposers.base import SpecdraftConfigError
+    from specdraft.proposers.config import DrafterConfig
+    try:
+        sd_opts = json.loads(args.specdraft_options)
+        if not isinstance(sd_opts, dict):
+            raise SpecdraftConfigError("--specdraft-options must be a JSON object")
+        DrafterConfig.from_dict(sd_opts)
+    except (json.JSONDecodeError, SpecdraftConfigError) as e:
+        print(f"specdraft replay: --specdraft-options: {e}", file=sys.stderr)
+        return 2
     records = []
     for path in args.traces:
         try:
@@ -665,7 +682,7 @@ def main(argv=None) -> int:
           f"output tokens, cost model {name}, batches {' '.join(map(str, args.batches))}, "
           f"methods: {' '.join(args.methods)}", flush=True)
     out = replay(records, args.methods, args.max_draft, spec or name, args.batches,
-                 progress=lambda m: print(m, flush=True))
+                 progress=lambda m: print(m, flush=True), specdraft_options=sd_opts)
     out["settings"]["cost_model"] = name
     print(format_replay_table(out))
     if args.markdown:

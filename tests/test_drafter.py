@@ -119,6 +119,22 @@ def test_controller_stops_a_failing_request_until_evidence_returns():
     assert steps >= 1 and k[0] <= 2  # off for 2+ steps, then a short probe
 
 
+def test_controller_caps_the_expected_waste_of_a_draft():
+    # a weak first node followed by nodes that are near-certain once it holds: the path gains
+    # stay around 0.5, so every node drafted is rejected half the time
+    draft = (list(range(-1, 15)), [0.5] + [0.999] * 15)
+    loose = DraftLengthController(CostModel("gpu"), max_waste=64.0)
+    assert loose.choose(["r"], [draft]) == [16]
+    capped = DraftLengthController(CostModel("gpu"), max_waste=2.0)
+    (k,) = capped.choose(["r"], [draft])
+    gains = capped.path_gains("r", *draft)
+    assert 1 <= k < 16 and sum(1 - g for g in gains[:k]) <= 2.0 < sum(1 - g for g in gains[:k + 1])
+    sure = (list(range(-1, 15)), [0.999] * 16)  # a confident draft is cut much later
+    assert capped.choose(["s"], [sure])[0] >= k + 6
+    tree = ([-1, -1] + list(range(0, 14)), [0.5, 0.4] + [0.999] * 14)  # trees are not capped
+    assert capped.choose(["t"], [tree]) == loose.choose(["t"], [tree]) == [16]
+
+
 def test_controller_is_deterministic():
     def run():
         c = DraftLengthController(CostModel("cpu-fp32"))
@@ -153,6 +169,7 @@ def test_cost_model_learns_from_step_timings():
     ({"cost_model": "tpu"}, ["cost_model", "'small'", "'medium'", "'large'", "'gpu'"]),
     ({"cost_model": {"fixed": 1.0}}, ["cost_model", "an object with the numbers fixed, kv"]),
     ({"adaptive": "yes"}, ["adaptive", "true or false"]),
+    ({"max_waste": 0}, ["max_waste", "a number > 0"]),
     ({"corpus_files": ["/nonexistent/file.jsonl"]}, ["corpus_files", "not a file"]),
 ])
 def test_bad_options_name_the_option_and_accepted_values(options, words):

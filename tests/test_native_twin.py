@@ -203,6 +203,7 @@ CORE_PARAMS = st.fixed_dictionaries({
     "min_path_prob": st.sampled_from([0.0, 0.02, 0.1, 0.3]),
     "kappa": st.sampled_from([0.0, 0.5, 1.0, 2.5]),
     "cache_prompts": st.booleans(),
+    "local_weight": st.sampled_from([1, 2, 6]),
 })
 
 
@@ -304,7 +305,7 @@ def _core_twin_long_sessions(seed):
                   max_children=[1, 2, 3, 4, 4, 6, 2, 3][seed],
                   min_path_prob=[0.0, 0.02, 0.02, 0.05, 0.02, 0.01, 0.1, 0.0][seed],
                   kappa=[1.0, 0.5, 1.0, 2.0, 1.0, 1.0, 0.25, 3.0][seed],
-                  cache_prompts=bool(seed % 2))
+                  cache_prompts=bool(seed % 2), local_weight=[1, 6, 2, 1, 6, 3, 1, 6][seed])
     py, nat = PySuffixCore(**params), native.SuffixCore(**params)
     if seed % 3 == 0:
         c = markov_stream(rng, 200, vocab)

@@ -195,3 +195,18 @@ def test_replay_cli_refuses_bad_values_and_non_utf8(tmp_path, capsys):
 def test_default_cost_model_follows_the_trace_model_size(model, preset):
     from specdraft.replay import default_cost_model
     assert default_cost_model([{"model": model}]) == preset
+
+
+def test_specdraft_options_reach_every_specdraft_method(tmp_path, capsys):
+    from specdraft.replay import main
+    recs = load_trace(write(tmp_path / "t.jsonl", synthetic()))
+    full = replay(recs, ["specdraft-suffix", "vllm-ngram"], max_k=8, cost_model="gpu", batches=(1,))
+    none = replay(recs, ["specdraft-suffix", "vllm-ngram"], max_k=8, cost_model="gpu", batches=(1,),
+                  specdraft_options={"strategy": "lookup", "lookup_min": 64, "lookup_max": 64})
+    for w in full["results"]:
+        assert none["results"][w]["specdraft-suffix"]["drafted_tokens"] == 0  # no 64-gram repeats
+        assert full["results"][w]["specdraft-suffix"]["drafted_tokens"] > 0
+        assert none["results"][w]["vllm-ngram"] == full["results"][w]["vllm-ngram"]
+    assert main(["--traces", str(tmp_path / "t.jsonl"), "--json", str(tmp_path / "x.json"),
+                 "--specdraft-options", '{"max_waste": -1}']) == 2
+    assert "max_waste" in capsys.readouterr().err and not (tmp_path / "x.json").exists()

@@ -57,16 +57,18 @@ def _random_batch(rng: random.Random, batch: list):
 
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), model=st.sampled_from(sorted(COST_MODELS) + sorted(CUSTOM)),
-       min_gain=st.sampled_from([0.0, 0.1, 0.4]), chain=st.booleans())
-def test_native_controller_chooses_what_the_python_controller_chooses(seed, model, min_gain, chain):
+       min_gain=st.sampled_from([0.0, 0.1, 0.4]), max_waste=st.sampled_from([0.3, 2.0, 64.0]),
+       chain=st.booleans())
+def test_native_controller_chooses_what_the_python_controller_chooses(seed, model, min_gain,
+                                                                      max_waste, chain):
     rng = random.Random(seed)
     spec = CUSTOM.get(model, model)
     params, points = cost_spec(spec)
     py = DraftLengthController(CostModel(spec), calibration_prior=rng.choice([1.0, 8.0]),
                                request_prior=1.0, request_decay=0.9, idle_decay=0.8,
-                               min_gain=min_gain)
+                               min_gain=min_gain, max_waste=max_waste)
     core = native.SuffixCore(max_depth=4)
-    core.set_controller(points, 4.0, py.calibration_prior, 1.0, 0.9, 0.8, min_gain, params)
+    core.set_controller(points, 4.0, py.calibration_prior, 1.0, 0.9, 0.8, min_gain, params, max_waste)
     keys = list(range(6))
     shapes = [(1, 0.0, None), (8, 8 * 2048.0, None), (64, 64 * 3000.0, 8192.0), (3, 100.0, 90.0)]
     for _ in range(40):

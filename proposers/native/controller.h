@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -109,6 +110,7 @@ struct ControllerParams {
   double request_decay = 0.9;
   double idle_decay = 0.9;
   double min_gain = 0.1;
+  double max_waste = 8.0;
 };
 
 class DraftLengthController {
@@ -183,8 +185,15 @@ class DraftLengthController {
     for (size_t r = 0; r < num; ++r) {
       const int64_t a = offsets[r], b = offsets[r + 1];
       path_gains(keys[r], parents + a, probs + a, (size_t)(b - a), scratch_);
+      // chains only: a tree's alternatives are there to be rejected
+      bool chain = true;
+      for (int64_t i = a; i < b && chain; ++i) chain = parents[i] == (int32_t)(i - a - 1);
+      const double cap = chain ? params_.max_waste : std::numeric_limits<double>::infinity();
+      double waste = 0.0;
       for (double g : scratch_) {
         if (g < params_.min_gain) break;  // the rest are below the floor too
+        waste += 1.0 - g;
+        if (waste > cap) break;  // the chain would waste more than max_waste tokens in expectation
         gains_.emplace_back(-g, (int64_t)r);
       }
     }

@@ -31,12 +31,13 @@ struct Draft {
 class SuffixCore {
  public:
   SuffixCore(int max_depth, int64_t global_cache_tokens, int64_t max_children, double min_path_prob,
-             double kappa, bool cache_prompts)
+             double kappa, bool cache_prompts, int64_t local_weight = 1)
       : D_(max_depth),
         global_cache_tokens_(global_cache_tokens),
         max_children_(max_children),
         min_path_prob_(min_path_prob),
         kappa_(kappa),
+        local_weight_(local_weight),
         cache_prompts_(cache_prompts),
         global_(max_depth, 1024, /*private_ids=*/true, page_shift_for(global_cache_tokens)) {}
 
@@ -53,6 +54,7 @@ class SuffixCore {
   int64_t max_children() const { return max_children_; }
   double min_path_prob() const { return min_path_prob_; }
   double kappa() const { return kappa_; }
+  int64_t local_weight() const { return local_weight_; }
   bool cache_prompts() const { return cache_prompts_; }
   int64_t cached_tokens() const { return cached_tokens_; }
   int64_t corpus_tokens() const { return corpus_tokens_; }
@@ -451,10 +453,11 @@ class SuffixCore {
         conts_.resize((size_t)slice_len(ncont));
       }
       const int64_t w = idx.state_depth(st);
-      wsum += w;
+      const int64_t wm = si ? w : w * local_weight_;  // the request's own history counts more
+      wsum += wm;
       const double den = (double)total + kappa_ / (double)w;
       for (const Cont& c : conts_) {
-        const double v = (double)(w * (int64_t)c.cnt) / den;
+        const double v = (double)(wm * (int64_t)c.cnt) / den;
         Mixed* m = nullptr;
         for (Mixed& x : mixed_)
           if (x.tok == c.tok) {
@@ -500,6 +503,7 @@ class SuffixCore {
   int64_t max_children_;
   double min_path_prob_;
   double kappa_;
+  int64_t local_weight_;
   bool cache_prompts_;
   SuffixIndex global_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;

@@ -188,8 +188,8 @@ struct PyCore {
   Stepper stepper;
   StepOutput step_out;
   PyCore(int max_depth, int64_t global_cache_tokens, int64_t max_children, double min_path_prob, double kappa,
-         bool cache_prompts)
-      : core(max_depth, global_cache_tokens, max_children, min_path_prob, kappa, cache_prompts) {}
+         bool cache_prompts, int64_t local_weight)
+      : core(max_depth, global_cache_tokens, max_children, min_path_prob, kappa, cache_prompts, local_weight) {}
 };
 
 using Lock = std::lock_guard<std::mutex>;
@@ -591,14 +591,15 @@ PYBIND11_MODULE(_suffix_native, m) {
   py::class_<PyCore>(m, "SuffixCore",
                      "Suffix drafting over a per-request index and a global cache (native twin of "
                      "specdraft.proposers.suffix_core.SuffixCore; identical drafts).")
-      .def(py::init<int, int64_t, int64_t, double, double, bool>(), py::arg("max_depth") = 24,
+      .def(py::init<int, int64_t, int64_t, double, double, bool, int64_t>(), py::arg("max_depth") = 24,
            py::arg("global_cache_tokens") = 1000000, py::arg("max_children") = 4, py::arg("min_path_prob") = 0.02,
-           py::arg("kappa") = 1.0, py::arg("cache_prompts") = false)
+           py::arg("kappa") = 1.0, py::arg("cache_prompts") = false, py::arg("local_weight") = 1)
       .def_property_readonly("max_depth", [](PyCore& s) { return s.core.max_depth(); })
       .def_property_readonly("global_cache_tokens", [](PyCore& s) { return s.core.global_cache_tokens(); })
       .def_property_readonly("max_children", [](PyCore& s) { return s.core.max_children(); })
       .def_property_readonly("min_path_prob", [](PyCore& s) { return s.core.min_path_prob(); })
       .def_property_readonly("kappa", [](PyCore& s) { return s.core.kappa(); })
+      .def_property_readonly("local_weight", [](PyCore& s) { return s.core.local_weight(); })
       .def_property_readonly("cache_prompts", [](PyCore& s) { return s.core.cache_prompts(); })
       .def_property_readonly("cached_tokens",
                              [](PyCore& s) {
@@ -697,7 +698,8 @@ PYBIND11_MODULE(_suffix_native, m) {
            "(started, finished, aborted, accepted, drafts, drafted_tokens)). GIL released.")
       .def("set_controller",
            [](PyCore& s, py::handle curve, double cost_prior, double calibration_prior, double request_prior,
-              double request_decay, double idle_decay, double min_gain, py::handle cost_params) {
+              double request_decay, double idle_decay, double min_gain, py::handle cost_params,
+              double max_waste) {
              std::vector<std::pair<double, double>> pts;
              for (py::handle p : curve) {
                py::sequence q = py::reinterpret_borrow<py::sequence>(p);
@@ -712,13 +714,14 @@ PYBIND11_MODULE(_suffix_native, m) {
                throw ValueErr{"cost curve needs at least 2 points"};
              }
              if (!pts.empty() && pts.size() < 2) throw ValueErr{"cost curve needs at least 2 points"};
-             ControllerParams prm{calibration_prior, request_prior, request_decay, idle_decay, min_gain};
+             ControllerParams prm{calibration_prior, request_prior, request_decay, idle_decay, min_gain,
+                                  max_waste};
              Lock lk(s.mu);
              s.ctl = std::make_unique<DraftLengthController>(CostModel(cp, pts, cost_prior), prm);
            },
            py::arg("curve"), py::arg("cost_prior") = 4.0, py::arg("calibration_prior") = 8.0,
            py::arg("request_prior") = 1.0, py::arg("request_decay") = 0.9, py::arg("idle_decay") = 0.9,
-           py::arg("min_gain") = 0.1, py::arg("cost_params") = py::none(),
+           py::arg("min_gain") = 0.1, py::arg("cost_params") = py::none(), py::arg("max_waste") = 8.0,
            "Attach the native draft-length controller (twin of DraftLengthController): a cost curve "
            "[(tokens, cost), ...] and/or the seven GPU cost parameters.")
       .def("ctl_observe",

@@ -1,0 +1,50 @@
+"""Ablation summary of the chain-draft defaults from the replay results next to this file.
+
+    python benchmarks/results/chain-drafts/summary.py > benchmarks/results/chain-drafts/summary.md
+
+Per trace and workload: tokens per target pass (MAL) and drafted tokens per accepted token of
+arctic's suffix decoding (vLLM defaults) and of specdraft's chain (``specdraft-suffix``) with the
+defaults and with each change turned off; "x" is MAL over arctic's.
+"""
+
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNS = [("", "defaults"), ("-max_waste64", "max_waste off"), ("-local_weight1", "local_weight 1"),
+        ("-before", "both off")]
+
+
+def main() -> int:
+    names = sorted(f[:-5] for f in os.listdir(HERE)
+                   if f.endswith(".json") and not any(f[:-5].endswith(s) for s, _ in RUNS[1:]))
+    out = ["| trace | workload | arctic MAL | arctic d/a | "
+           + " | ".join(f"{label} x | {label} d/a" for _, label in RUNS)
+           + " | tree x | tree nodes/acc |",
+           "|" + "---|" * (4 + 2 * len(RUNS) + 2)]
+    for name in names:
+        runs = {}
+        for suffix, _ in RUNS:
+            path = os.path.join(HERE, name + suffix + ".json")
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    runs[suffix] = json.load(f)["results"]
+        base = runs[""]
+        for w, methods in base.items():
+            arc = methods["arctic-suffix"]
+            row = [name, w, f"{arc['mean_acceptance_length']:.2f}", f"{arc['drafted_per_accepted']:.2f}"]
+            for suffix, _ in RUNS:
+                a = runs.get(suffix, {}).get(w, {}).get("specdraft-suffix")
+                row += ([f"{a['mean_acceptance_length'] / arc['mean_acceptance_length']:.2f}",
+                         f"{a['drafted_per_accepted']:.2f}"] if a else ["-", "-"])
+            t = methods.get("specdraft-tree")
+            row += ([f"{t['mean_acceptance_length'] / arc['mean_acceptance_length']:.2f}",
+                     f"{t['drafted_per_accepted']:.2f}"] if t else ["-", "-"])
+            out.append("| " + " | ".join(row) + " |")
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
