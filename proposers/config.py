@@ -1,7 +1,7 @@
 """specdraft options: one table, validated once at start-up.
 
-Every option a user can set (through vLLM's ``--speculative-config``, SGLang server arguments or
-a Ray Serve deployment) is declared here with its type, bounds and default. Anything else is an
+Every option a user can set (through vLLM's ``--speculative-config`` key ``specdraft``, SGLang's
+``$SPECDRAFT_SGLANG_OPTIONS``, or a Ray Serve deployment's ``engine_kwargs``) is declared here with its type, bounds and default. Anything else is an
 error that names the option and what is accepted, raised before the engine serves a request.
 """
 

@@ -502,7 +502,7 @@ PYBIND11_MODULE(_suffix_native, m) {
         return old;
       },
       py::arg("children"),
-      "Tests only: nodes with more children than this keep a cached top list (default 24). Returns the old value.");
+      "Tests only: nodes with more children than this keep a cached top list (default 4). Returns the old value.");
 
   m.def("engine_rows", &engine_rows, py::arg("tokens"), py::arg("lengths"), py::arg("num_rows"),
         py::arg("rows"), py::arg("caps"), py::arg("vocab_size"),

@@ -20,9 +20,9 @@
 //    the exact sum and number of their children's counts and a buffer of their best TOPN
 //    candidates (count desc, token asc) with an upper bound on the count of every child outside
 //    the buffer, all updated on every count change. The first k buffered children are provably
-//    the top k while the k-th beats the bound, so drafting from such a node reads one cache line
-//    instead of walking its children; only when evictions erode that margin does the next query
-//    rescan them.
+//    the top k while the k-th beats the bound, so drafting from such a node reads its entry (two
+//    cache lines) instead of walking its children; only when evictions erode that margin does
+//    the next query rescan them.
 //  * suffix links let the drafter re-anchor at the depth cap, and the global matcher drop a
 //    context's first token, without walking from the root.
 //  * free list of node ids, LIFO like the Python twin. In exact-id mode dead nodes are unlinked
@@ -754,9 +754,9 @@ class SuffixIndex {
   struct TopEnt {
     int32_t node, tok, cnt;
   };
-  // One cache line per heavy node; the node's ref_pos holds the entry's index (an open node's
-  // ref is never read by any query, so it is free for this).
-  // Two cache lines; the header and the first four candidates share the first.
+  // One entry per heavy node; the node's ref_pos holds the entry's index (an open node's ref is
+  // never read by any query, so it is free for this). Two cache lines (128 bytes): the header
+  // and the first four candidates share the first.
   struct alignas(64) Heavy {
     int32_t sum = 0;       // sum of live children's counts (exact)
     int32_t nlive = 0;     // live children (exact)
@@ -813,7 +813,7 @@ class SuffixIndex {
   }
 
   // ---------------------------------------------------------------------------- heavy nodes
-  // Give a node with many children its cache line (scans its children once).
+  // Give a node with many children its heavy entry (scans its children once).
   void heavy_promote(int32_t node) {
     int64_t total = 0;
     scratch_.clear();
