@@ -174,8 +174,10 @@ def two_replicas(base: str, model_path: str, asks: list[str], max_tokens: int, h
     from ray import serve
 
     name = f"two-replicas-{uuid.uuid4().hex[:8]}"
-    opts = ({"shared_cache": {"name": name, "tokens": 1_000_000, "pull_interval_s": 0.1,
-                              "detached": False}} if shared else None)
+    # detached: the store's life is not tied to whichever engine process created it (removed
+    # below, with the application)
+    opts = ({"shared_cache": {"name": name, "tokens": 1_000_000, "pull_interval_s": 0.1}}
+            if shared else None)
     app = "shared" if shared else "alone"
     t0 = time.perf_counter()
     deploy(base, app, [config(model_path, "replica-a", opts, "SuffixProposer"),
@@ -218,6 +220,17 @@ def two_replicas(base: str, model_path: str, asks: list[str], max_tokens: int, h
         }
     finally:
         serve.delete(app)
+        if shared:
+            _remove_store(name)
+
+
+def _remove_store(name: str) -> None:
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(name, namespace="specdraft"), no_restart=True)
+    except ValueError:
+        pass
 
 
 def _store(name: str):
