@@ -93,8 +93,10 @@ def main() -> None:
         replicas=args.replicas,
         engine_kwargs={"dtype": "float32", "enforce_eager": True, "max_model_len": 2048,
                        "max_num_seqs": 8, "kv_cache_memory_bytes": 256 * 2**20, "seed": 0},
-        # several replicas on one small machine: split its CPUs between the engines
-        engine_cpus=cpus / args.replicas if args.replicas > 1 else None,
+        # several replicas on one small machine: Ray's default (1 CPU for the replica actor + 1
+        # for its engine's bundle) schedules one replica per 2 CPUs; fractions fit them all
+        replica_cpus=min(1.0, cpus / (2 * args.replicas)) if args.replicas > 1 else None,
+        engine_cpus=min(1.0, cpus / (4 * args.replicas)) if args.replicas > 1 else None,
         runtime_env={"env_vars": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}})
     base = f"http://127.0.0.1:{args.port}"
     t0 = time.perf_counter()

@@ -2,9 +2,9 @@
 
 Replicas are Ray actors holding the engine-agnostic drafter (what each vLLM replica's proposer
 holds), driven by a greedy verifier that knows the target's output: a draft is accepted up to its
-first wrong token, then the target's token is emitted, as a greedy engine would. Two vLLM CPU
-engines do not fit CI's 2 cores; the two-engine run is ``examples/ray_serve_llm.py --replicas 2``
-(README, "Ray Serve").
+first wrong token, then the target's token is emitted, as a greedy engine would. The same with
+two vLLM CPU replicas is ``examples/ray_serve_two_replicas.py`` (README, "Ray Serve"): it fits
+2 cores but takes about 8 minutes, too long for CI.
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ One interleaved run, batch size 1, over the prompts of a trace. Methods:
     generate         plain ``model.generate`` (greedy): the reference
     hf-lookup        transformers' prompt lookup (``prompt_lookup_num_tokens=k``)
     hf-assisted      transformers' assisted generation with a draft model (``--assistant``;
-                     Qwen2.5-Coder-0.5B by default when the target is Qwen2.5-Coder-1.5B)
+                     Qwen2.5-Coder-0.5B by default when the target is Qwen2.5-Coder-1.5B), with
+                     transformers' own draft settings (up to 20 draft tokens a pass, drafting
+                     stops where the draft model's confidence drops below 0.4); its draft
+                     model's time is in its tokens per second
     specdraft-chain  specdraft's suffix drafter (chains), verified by specdraft.hf_generate
     specdraft-tree   specdraft's tree drafter, whole trees verified in one pass
 
@@ -159,6 +162,8 @@ def main(argv=None) -> int:
                     "trace under benchmarks/traces/)")
     ap.add_argument("--limit", type=int, default=4, help="the first N prompts of the trace")
     ap.add_argument("--workloads", nargs="+", help="only these workloads of the trace")
+    ap.add_argument("--per-workload", type=int, metavar="N",
+                    help="the first N prompts of each workload (before --limit)")
     ap.add_argument("--max-new-tokens", type=int, default=128,
                     help="cap on each request's max_tokens from the trace")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
@@ -191,6 +196,16 @@ def main(argv=None) -> int:
         return 2
     if args.workloads:
         records = [r for r in records if r.get("workload") in args.workloads]
+    if args.per_workload is not None:
+        if args.per_workload < 1:
+            ap.error(f"--per-workload must be >= 1 (got {args.per_workload})")
+        taken: dict = {}
+        kept = []
+        for r in records:
+            taken[r.get("workload")] = taken.get(r.get("workload"), 0) + 1
+            if taken[r.get("workload")] <= args.per_workload:
+                kept.append(r)
+        records = kept
     records = records[: args.limit]
     prompts = [r["prompt_token_ids"] for r in records]
     maxes = [min(args.max_new_tokens, int(r.get("max_tokens") or args.max_new_tokens))
