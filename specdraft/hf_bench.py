@@ -116,7 +116,7 @@ def summarize(runs: dict, baselines: list[str]) -> dict:
             "tokens_per_s": c["tokens"] / sum(secs),
             "tokens_per_s_rounds": [r["tokens"] / r["seconds"] for r in rs],
             "tokens_per_pass": c["tokens"] / c["target_passes"],
-            "mean_acceptance_length": 1 + c["accepted_tokens"] / c["drafts"] if c["drafts"] else 1.0,
+            "mean_acceptance_length": (1 + c["accepted_tokens"] / c["drafts"]) if c["drafts"] else None,
             "nodes_per_accepted_token": (c["drafted_tokens"] / c["accepted_tokens"]
                                          if c["accepted_tokens"] else None),
             "identical_to_generate": sum(o == e for r in rs for o, e in zip(r["outputs"], ref))
@@ -138,9 +138,9 @@ def format_hf_table(table: dict, baselines: list[str]) -> str:
     lines = [hdr, "|" + "---|" * (hdr.count("|") - 1)]
     for m, t in table.items():
         ratios = " | ".join(f"{t[f'x_{b}_min']:.2f} ({t[f'x_{b}_median']:.2f})" for b in baselines)
-        npa = t["nodes_per_accepted_token"]
+        npa, mal = t["nodes_per_accepted_token"], t["mean_acceptance_length"]
         lines.append(f"| {m} | {t['tokens_per_s']:.1f} | {ratios} | {t['tokens_per_pass']:.2f} | "
-                     f"{t['mean_acceptance_length']:.2f} | {'-' if npa is None else f'{npa:.2f}'} | "
+                     f"{'-' if mal is None else f'{mal:.2f}'} | {'-' if npa is None else f'{npa:.2f}'} | "
                      f"{t['drafted_tokens']} | {t['accepted_tokens']} | "
                      f"{t['identical_to_generate']:.0%} |")
     lines.append("")
