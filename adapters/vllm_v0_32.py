@@ -666,7 +666,14 @@ def _worker_drafter_metrics(worker_wrapper: Any) -> dict | None:
     worker = getattr(worker_wrapper, "worker", worker_wrapper)
     proposer = getattr(getattr(worker, "model_runner", None), "drafter", None)
     drafter = getattr(proposer, "drafter", None)  # a specdraft proposer's SpecDrafter
-    return drafter.metrics() if hasattr(drafter, "metrics") else None
+    if not hasattr(drafter, "metrics"):
+        return None
+    out = dict(drafter.metrics())
+    figures = getattr(proposer, "figures", None)  # what the proposer counted as vLLM called it
+    if isinstance(figures, dict):
+        out["proposer_seconds"] = float(figures.get("proposer_seconds", 0.0))
+        out["proposer_steps"] = int(figures.get("steps", 0))
+    return out
 
 
 def install_worker_methods() -> None:

@@ -73,6 +73,11 @@ def test_bench_rounds_agree(engines, plain_llm, prompts):
         assert table[method]["identical_to_no_spec"]
         assert table[method]["cold_speedup"] == table[method]["rounds"][0]["speedup"]
     assert table["none"]["mean_acceptance_length"] is None  # no drafts: no MAL
+    # specdraft's own time in propose, read from its worker between runs; the peers have none
+    share = table["specdraft"]["proposer_share"]
+    assert share is not None and 0 < share < 1, share
+    assert all(p["proposer_us_per_step"] > 0 for p in table["specdraft"]["rounds"])
+    assert table["none"]["proposer_share"] is None and table["vllm-suffix"]["proposer_share"] is None
     assert len(messages) == 2 * 3
     text = bench.format_live_table(table)
     assert "cold" in text and text.count("tok/s") >= 2 * 3

@@ -109,6 +109,7 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
                 # one short untimed request (first-call costs), then a clean slate again
                 live.generate(llm, warm, 4)
                 reset = live.reset_cross_request_state(llm)
+                before = live.proposer_time(llm)
                 if sequential:
                     outs, secs, per_req = [], 0.0, []
                     for p, n in zip(prompts, maxes):
@@ -120,6 +121,10 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
                     res = live.RunResult(outs, secs, dict(totals, per_request=per_req))
                 else:
                     res = live.generate(llm, prompts, maxes, ignore_eos=ignore_eos)
+                after = live.proposer_time(llm) if before is not None else None
+            if after is not None:  # specdraft's own figures: time in propose, propose calls
+                res.counters["proposer_seconds"] = after[0] - before[0]
+                res.counters["proposer_steps"] = after[1] - before[1]
             res.counters["cpu_pressure"] = live.cpu_pressure()
             res.counters["reset"] = reset
             runs[m].append(res)
@@ -158,7 +163,12 @@ def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
                               "mean_acceptance_length": mean_acceptance_length(rc), **rc,
                               "identical_to_no_spec": x.outputs == ref,
                               "cpu_pressure": x.counters.get("cpu_pressure"),
-                              "reset": x.counters.get("reset")})
+                              "reset": x.counters.get("reset"),
+                              "proposer_share": (x.counters["proposer_seconds"] / x.seconds
+                                                 if "proposer_seconds" in x.counters else None),
+                              "proposer_us_per_step": (
+                                  1e6 * x.counters["proposer_seconds"] / x.counters["proposer_steps"]
+                                  if x.counters.get("proposer_steps") else None)})
         accepted = [p["accepted_tokens"] for p in per_round]
         speedups = [p["speedup"] for p in per_round]
         count_spread = (max(accepted) / min(accepted) - 1) if min(accepted) > 0 else (
@@ -180,6 +190,11 @@ def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
             "speedup_spread": speed_spread,
             "rounds_disagree": count_spread > COUNT_MARGIN or (m != "none" and speed_spread > SPEED_MARGIN),
             "cpu_pressure": [x.counters.get("cpu_pressure") for x in rs],
+            # specdraft's time inside propose over the run's wall time (None for the peers,
+            # whose proposers report no such figure)
+            "proposer_share": (sum(x.counters["proposer_seconds"] for x in rs)
+                               / sum(x.seconds for x in rs)
+                               if all("proposer_seconds" in x.counters for x in rs) else None),
         }
     return table
 
@@ -210,6 +225,12 @@ def format_live_table(table: dict) -> str:
             cells.append(f"{p['tokens_per_s']:>7.1f} tok/s {p['speedup']:>4.2f}x {_mal(p['mean_acceptance_length']):>4}")
         lines.append(f"{r + 1:<5} " + " ".join(f"{c:>22}" for c in cells))
     lines.append("per round: tokens per second, ratio to no speculation in that round, MAL")
+    for m, t in table.items():
+        if t.get("proposer_share") is not None:
+            us = [p["proposer_us_per_step"] for p in t["rounds"] if p.get("proposer_us_per_step")]
+            lines.append(f"{m}: propose took {t['proposer_share']:.2%} of the runs' wall time"
+                         + (f" ({statistics.median(us):.0f} us per engine step, median of rounds)"
+                            if us else ""))
     for m, t in table.items():
         if t["rounds_disagree"]:
             lines.append(f"WARNING: {m}'s rounds disagree (accepted tokens spread {t['accepted_spread']:.0%}, "

@@ -262,6 +262,16 @@ def request_counters(outs) -> dict[str, int]:
     return vllm_adapter().request_spec_counters(outs)
 
 
+def proposer_time(llm) -> tuple[float, int] | None:
+    """(seconds spent in specdraft's propose, propose calls) so far, summed over workers; None
+    for an engine without a specdraft proposer. Read between runs (no request in flight)."""
+    from specdraft.adapters import vllm_adapter
+    got = [m for m in vllm_adapter().drafter_metrics(llm) if m and "proposer_seconds" in m]
+    if not got:
+        return None
+    return sum(m["proposer_seconds"] for m in got), sum(m["proposer_steps"] for m in got)
+
+
 def cpu_pressure() -> str | None:
     """The machine's CPU pressure line (PSI), logged so a noisy run is visible."""
     try:

@@ -57,6 +57,9 @@ def live_table(result: dict) -> str:
         notes.append(f"engines {plan['mode']}")
     if flagged:
         notes.append("rounds disagree (noisy machine) for " + ", ".join(flagged))
+    for m, t in table.items():
+        if t.get("proposer_share") is not None:
+            notes.append(f"{m}'s propose: {t['proposer_share']:.2%} of the runs' wall time")
     if notes:
         lines += ["", f"({'; '.join(notes)}.)"]
     return "\n".join(lines) + "\n"
