@@ -366,14 +366,8 @@ def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, 
     passes = drafted = accepted = drafts = decode_rows = cost_spec = 0
     steps = 0
     while queue or inflight:
-        while len(inflight) < batch and queue:
-            i = next((i for i, q in enumerate(queue) if q[3] is None or q[3] not in waiting), None)
-            if i is None:
-                break
-            prompt, output, rec, session = queue.pop(i)
+        for prompt, output, rec, session in _admit(queue, batch - len(inflight), waiting):
             st = _InFlight(method.new_key(), rec, prompt, output, session)
-            if session is not None:
-                waiting.append(session)
             method.start(st.key, prompt)
             inflight.append(st)
         contexts = [len(q.prompt) + q.pos for q in inflight]
@@ -418,6 +412,22 @@ def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, 
     return out
 
 
+def _admit(queue: list, free: int, waiting: list) -> list:
+    """Up to ``free`` queued requests that may start now, taken in arrival order: a later turn of
+    a session waits while an earlier one is in flight (``waiting`` holds those sessions; the
+    admitted requests' sessions are added). Queue items end with their session (or None)."""
+    out = []
+    while len(out) < free and queue:
+        i = next((i for i, q in enumerate(queue) if q[-1] is None or q[-1] not in waiting), None)
+        if i is None:
+            break
+        item = queue.pop(i)
+        if item[-1] is not None:
+            waiting.append(item[-1])
+        out.append(item)
+    return out
+
+
 def baseline_cost(records: list[dict], batch: int, cost) -> float:
     """Cost of the same schedule without drafts: every pass emits one token per request."""
     queue = [(len(p), len(o), r, s) for p, o, r, s in batch_queue(records, batch)]
@@ -425,15 +435,8 @@ def baseline_cost(records: list[dict], batch: int, cost) -> float:
     inflight: list[list] = []  # [prompt length, emitted, limit, session]
     total = 0.0
     while queue or inflight:
-        while len(inflight) < batch and queue:
-            i = next((i for i, q in enumerate(queue) if q[3] is None or q[3] not in waiting), None)
-            if i is None:
-                break
-            n_prompt, n_out, rec, session = queue.pop(i)
-            limit = min(rec.get("max_tokens") or n_out, n_out)
-            if session is not None:
-                waiting.append(session)
-            inflight.append([n_prompt, 0, limit, session])
+        for n_prompt, n_out, rec, session in _admit(queue, batch - len(inflight), waiting):
+            inflight.append([n_prompt, 0, min(rec.get("max_tokens") or n_out, n_out), session])
         contexts = [q[0] + q[1] for q in inflight]
         total += cost.base_cost(len(inflight), len(inflight), float(sum(contexts)), float(max(contexts)))
         for q in inflight:
