@@ -323,12 +323,17 @@ def replay_request(method: Method, prompt: list[int], output: list[int], max_k: 
 
 
 # ----------------------------------------------------------------------- batched replay
+def output_limit(rec: dict, n_out: int) -> int:
+    """Tokens a request generates: its live limit, within the recorded output."""
+    return min(rec.get("max_tokens") or n_out, n_out)
+
+
 class _InFlight:
     __slots__ = ("key", "rec", "prompt", "output", "limit", "pos", "session")
 
     def __init__(self, key, rec, prompt, output, session):
         self.key, self.rec, self.prompt, self.output, self.session = key, rec, prompt, output, session
-        self.limit = min(rec.get("max_tokens") or len(output), len(output))
+        self.limit = output_limit(rec, len(output))
         self.pos = 0  # output tokens emitted so far
 
 
@@ -349,7 +354,8 @@ def batch_queue(records: list[dict], batch: int) -> list[tuple[list[int], list[i
     return out
 
 
-def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, cost) -> dict:
+def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, cost,
+                   baseline: float | None = None) -> dict:
     """Replay ``records`` with up to ``batch`` requests in flight through one method instance.
 
     Requests start in arrival order as slots free; a later turn of a session waits until the
@@ -358,9 +364,12 @@ def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, 
     draft, the others verify the draft proposed for them this step (the method sees the whole
     batch: B requests and their contexts). ``cost`` (a ``CostModel``) prices each pass with its
     base prediction; the same schedule without drafts (one token per request per pass) gives
-    the baseline, and est. speedup = baseline cost / cost with drafts (equal tokens emitted).
+    the baseline (``baseline``, when the caller has it already: it does not depend on the
+    method), and est. speedup = baseline cost / cost with drafts (equal tokens emitted).
     """
     queue = batch_queue(records, batch)
+    num_requests = len(queue)
+    output_tokens = sum(output_limit(r, len(o)) for _, o, r, _ in queue)
     waiting: list = []  # sessions with a turn in flight
     inflight: list[_InFlight] = []
     passes = drafted = accepted = drafts = decode_rows = cost_spec = 0
@@ -401,13 +410,11 @@ def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, 
             inflight.remove(q)
             if q.session is not None:
                 waiting.remove(q.session)
-    out = {"requests": sum(1 for _ in batch_queue(records, batch)), "steps": steps,
+    out = {"requests": num_requests, "steps": steps,
            "target_passes": passes, "drafted_tokens": drafted, "accepted_tokens": accepted,
-           "drafts": drafts, "decode_passes": decode_rows,
-           "output_tokens": sum(min(r.get("max_tokens") or len(r["output_token_ids"]),
-                                    len(r["output_token_ids"])) for _, _, r, _ in batch_queue(records, batch))}
+           "drafts": drafts, "decode_passes": decode_rows, "output_tokens": output_tokens}
     if cost is not None:
-        base = baseline_cost(records, batch, cost)
+        base = baseline if baseline is not None else baseline_cost(records, batch, cost)
         out["est_speedup"] = base / cost_spec if cost_spec else 1.0
     return out
 
@@ -436,7 +443,7 @@ def baseline_cost(records: list[dict], batch: int, cost) -> float:
     total = 0.0
     while queue or inflight:
         for n_prompt, n_out, rec, session in _admit(queue, batch - len(inflight), waiting):
-            inflight.append([n_prompt, 0, min(rec.get("max_tokens") or n_out, n_out), session])
+            inflight.append([n_prompt, 0, output_limit(rec, n_out), session])
         contexts = [q[0] + q[1] for q in inflight]
         total += cost.base_cost(len(inflight), len(inflight), float(sum(contexts)), float(max(contexts)))
         for q in inflight:
@@ -449,9 +456,12 @@ def baseline_cost(records: list[dict], batch: int, cost) -> float:
 
 
 def _replay_method(factory, records: list[dict], max_k: int, workloads, cost_model, batches,
-                   progress, specdraft_options: dict | None = None) -> tuple[dict, float]:
+                   progress, specdraft_options: dict | None = None,
+                   baselines: dict | None = None) -> tuple[dict, float]:
     """Per workload: counts at batch 1, and each batch's est. speedup and draft length; each
-    (workload, batch) run starts from a fresh method (its caches see only that workload)."""
+    (workload, batch) run starts from a fresh method (its caches see only that workload).
+    ``baselines`` keeps each (workload, batch)'s no-draft cost for the next method."""
+    baselines = {} if baselines is None else baselines
     per_w = {}
     seconds = 0.0
     cm = CostModel(cost_model)
@@ -459,10 +469,12 @@ def _replay_method(factory, records: list[dict], max_k: int, workloads, cost_mod
         recs = [r for r in records if r["workload"] == w]
         agg = None
         for b in batches:
+            if (w, b) not in baselines:  # the same for every method: not timed
+                baselines[w, b] = baseline_cost(recs, b, cm)
             t0 = time.perf_counter()
             method = (factory(cost_model, specdraft_options) if getattr(factory, "specdraft", False)
                       else factory(cost_model))
-            r = replay_batched(method, recs, max_k, b, cm)
+            r = replay_batched(method, recs, max_k, b, cm, baselines[w, b])
             if b == batches[0]:
                 seconds += time.perf_counter() - t0
             if agg is None:
@@ -508,11 +520,12 @@ def replay(records: list[dict], methods: list[str], max_k: int = 16, cost_model=
     workloads = sorted({r["workload"] for r in records})
     results: dict = {w: {} for w in workloads}
     speed: dict = {}
+    baselines: dict = {}  # (workload, batch) -> no-draft cost, shared by the methods
     for mname in methods:
         if mname not in METHODS:
             raise ValueError(f"unknown method {mname!r}; accepted: {', '.join(METHODS)}")
         per_w, secs = _replay_method(METHODS[mname], records, max_k, workloads, cost_model,
-                                     batches, progress, specdraft_options)
+                                     batches, progress, specdraft_options, baselines)
         total_out = sum(a["output_tokens"] for a in per_w.values())
         speed[mname] = {"seconds": secs, "replayed_tokens_per_s": total_out / secs if secs else 0.0}
         for w, agg in per_w.items():
