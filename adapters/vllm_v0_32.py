@@ -804,12 +804,6 @@ def benchmark_step_begin(finished: list[tuple[str, bool]], num_scheduled_tokens:
 # ---------------------------------------------------------------------------------------------
 # What the serving surface and the benchmarks read from vLLM's config, outputs and metrics
 # ---------------------------------------------------------------------------------------------
-# vLLM's own spec-decode counters (Prometheus names) -> the benchmarks' names
-SPEC_METRICS = {
-    "vllm:spec_decode_num_drafts": "drafts",
-    "vllm:spec_decode_num_draft_tokens": "drafted_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
-}
 # engine arguments that make generate() outputs carry per-request spec-decode figures (vLLM's
 # Prometheus registry is per process: with several engines in one process only the last one's
 # global counters survive, so the benchmarks count per request)
@@ -825,21 +819,11 @@ def served_model_name(spec_config: Any) -> str:
     return str(served)
 
 
-def engine_spec_counters(metrics: Any) -> dict[str, int]:
-    """vLLM's spec-decode counters from ``LLM.get_metrics()``, summed over labels."""
-    out = {v: 0 for v in SPEC_METRICS.values()}
-    for m in metrics:
-        key = SPEC_METRICS.get(getattr(m, "name", None))
-        if key is not None:
-            out[key] += int(getattr(m, "value", 0))
-    return out
-
-
 def request_spec_counters(outputs: Any) -> dict[str, int]:
     """drafts (verify steps with a draft), drafted and accepted tokens, summed over
     ``generate()`` outputs (``RequestSpecDecodeMetrics``: a histogram of accepted draft tokens
     per verify step; zero for an engine without speculation)."""
-    c = {v: 0 for v in SPEC_METRICS.values()}
+    c = {"drafts": 0, "drafted_tokens": 0, "accepted_tokens": 0}
     for o in outputs:
         m = getattr(o.outputs[0], "spec_decode_metrics", None)
         if m is None:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# the spec-decode counters every benchmark reports (what vLLM calls them: the adapter)
+# the spec-decode counters every benchmark reports (read from vLLM's outputs by the adapter)
 COUNTER_KEYS = ("drafts", "drafted_tokens", "accepted_tokens")
 
 
@@ -223,12 +223,6 @@ def reset_cross_request_state(llm) -> dict:
     from specdraft.adapters import vllm_adapter
 
     return vllm_adapter().reset_cross_request_state(llm)
-
-
-def spec_counters(llm) -> dict[str, int]:
-    """vLLM's own spec-decode counters, summed over labels."""
-    from specdraft.adapters import vllm_adapter
-    return vllm_adapter().engine_spec_counters(llm.get_metrics())
 
 
 @dataclass
