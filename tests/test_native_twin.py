@@ -251,7 +251,7 @@ CORE_PARAMS = st.fixed_dictionaries({
 
 class heavy_threshold:
     """Lower the native high-fanout threshold so the cached-top-list and zombie paths run on
-    small vocabularies (default: more than 4 children, ``heavy_threshold()`` in suffix_index.h)."""
+    small vocabularies (default: more than 4 children, ``heavy_threshold()`` in heavy_topk.h)."""
 
     def __init__(self, children: int):
         self.children = children
