@@ -1,4 +1,6 @@
 # The native suffix index is the only compiled piece; everything else is declared in pyproject.toml.
+import glob
+
 from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import setup
 
@@ -7,8 +9,7 @@ setup(
         Pybind11Extension(
             "specdraft.proposers._suffix_native",
             ["proposers/native/suffix_index.cc"],
-            depends=["proposers/native/suffix_index.h", "proposers/native/suffix_core.h",
-                     "proposers/native/controller.h", "proposers/native/step.h"],
+            depends=sorted(glob.glob("proposers/native/*.h")),  # every header: a change rebuilds
             cxx_std=17,
             extra_compile_args=["-O3"],
         )

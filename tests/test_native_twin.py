@@ -3,9 +3,11 @@
 Random token streams over small vocabularies (so grams repeat and branch), random interleavings of
 start / extend / draft / finish / abort / load_corpus over several handles, small global budgets
 so eviction happens. After every draft the two drafts must be identical: tokens, parents, match
-length, and the probabilities bit for bit. The index alone is compared the same way (node ids
-included: both allocate nodes in the same order), and a brute-force n-gram count checks that the
-index counts what it should.
+length, and the probabilities bit for bit. The index alone is compared on what a caller sees:
+node count, every walk's and longest match's state (found or not, its depth, its continuations
+with their counts, two levels down) and, after each run, the whole trie enumerated through
+continuations. Node ids are private to each index and never compared. A brute-force n-gram count
+checks that the index counts what it should.
 """
 
 from __future__ import annotations
@@ -62,6 +64,34 @@ def grams_upto(seqs: list[list[int]], d: int) -> Counter:
     return c
 
 
+def same_answers(py: PySuffixIndex, py_st, nat, nat_st, levels: int = 2) -> None:
+    """Two states, one from each index, answer alike: both None, or the same extra (tokens past a
+    closed node), the same depth and the same continuations (token, count) in the same order,
+    and so on for each continuation's state, ``levels`` deep."""
+    assert (nat_st is None) == (py_st is None), (nat_st, py_st)
+    if py_st is None:
+        return
+    assert nat_st[1] == py_st[1]
+    assert nat.state_depth(nat_st) == py.state_depth(py_st)
+    pc, nc = py.continuations(py_st), nat.continuations(nat_st)
+    assert [c[:2] for c in nc] == [c[:2] for c in pc], (nc, pc)
+    if levels > 0:
+        for (_, _, a), (_, _, b) in zip(pc, nc):
+            same_answers(py, a, nat, b, levels - 1)
+
+
+def same_trie(py: PySuffixIndex, nat) -> None:
+    """Every gram reachable from the root (through continuations, up to max_depth tokens) has the
+    same count, extra, depth and continuation order in both indexes."""
+    stack = [(py.walk([]), nat.walk([]), 0)]
+    while stack:
+        a, b, depth = stack.pop()
+        same_answers(py, a, nat, b, levels=0)
+        if depth < py.max_depth:
+            for (_, _, an), (_, _, bn) in zip(py.continuations(a), nat.continuations(b)):
+                stack.append((an, bn, depth + 1))
+
+
 def compare_index(py: PySuffixIndex, nat, rng: random.Random, vocab: int, probes: int = 30) -> None:
     assert nat.num_nodes() == py.num_nodes()
     assert nat.num_tokens == py.num_tokens
@@ -77,13 +107,11 @@ def compare_index(py: PySuffixIndex, nat, rng: random.Random, vocab: int, probes
                 g = g[:-1] + [rng.randrange(vocab)]
         else:
             g = [rng.randrange(vocab) for _ in range(rng.randint(0, py.max_depth + 1))]
-        ws = py.walk(g)
-        assert nat.walk(g) == ws, g
-        if ws is not None:
-            assert nat.continuations(ws) == py.continuations(ws), (g, ws)
-            assert nat.state_depth(ws) == py.state_depth(ws)
+        same_answers(py, py.walk(g), nat, nat.walk(g))
         hi = rng.randint(0, py.max_depth + 2)
-        assert nat.longest_match(g, hi) == py.longest_match(g, hi), (g, hi)
+        (ps, pl), (ns, nl) = py.longest_match(g, hi), nat.longest_match(g, hi)
+        assert nl == pl, (g, hi)
+        same_answers(py, ps, nat, ns)
 
 
 def check_counts(idx, seqs: list[list[int]], d: int, vocab: int) -> None:
@@ -109,6 +137,11 @@ def check_counts(idx, seqs: list[list[int]], d: int, vocab: int) -> None:
 @SETTINGS
 @given(st.data())
 def test_index_twin_random_ops(data):
+    with heavy_threshold(data.draw(st.sampled_from([0, 1, 2, 24]), label="heavy")):
+        _index_twin_random_ops(data)
+
+
+def _index_twin_random_ops(data):
     d = data.draw(st.integers(1, 6), label="max_depth")
     vocab = data.draw(st.integers(2, 5), label="vocab")
     rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="seed"))
@@ -141,11 +174,19 @@ def test_index_twin_random_ops(data):
             present.discard(s)
             live.discard(s)
         compare_index(py, nat, rng, vocab, probes=10)
+    same_trie(py, nat)
     check_counts(nat, [nat.sequence(s) for s in sorted(present)], d, vocab)
 
 
+@pytest.mark.parametrize("heavy", [1, 4])
 @pytest.mark.parametrize("seed", range(6))
-def test_index_twin_long_streams(seed):
+def test_index_twin_long_streams(seed, heavy):
+    """High-fanout nodes (zombie children, top-k buffers) at heavy=1, plain nodes mostly at 4."""
+    with heavy_threshold(heavy):
+        _index_twin_long_streams(seed)
+
+
+def _index_twin_long_streams(seed):
     rng = random.Random(seed)
     d = [2, 3, 4, 6, 8, 24][seed]
     vocab = [2, 3, 4, 6, 9, 12][seed]
@@ -173,6 +214,7 @@ def test_index_twin_long_streams(seed):
             py.remove(victim)
             nat.remove(victim)
         compare_index(py, nat, rng, vocab, probes=60)
+        same_trie(py, nat)
     check_counts(nat, [py.seqs[s] for s in present], d, vocab)
     check_counts(py, [py.seqs[s] for s in present], d, vocab)
 
@@ -209,7 +251,7 @@ CORE_PARAMS = st.fixed_dictionaries({
 
 class heavy_threshold:
     """Lower the native high-fanout threshold so the cached-top-list and zombie paths run on
-    small vocabularies (default: more than 4 children, ``heavy_threshold()`` in suffix_index.h)."""
+    small vocabularies (default: more than 4 children, ``heavy_threshold()`` in heavy_topk.h)."""
 
     def __init__(self, children: int):
         self.children = children

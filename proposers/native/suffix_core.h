@@ -39,7 +39,7 @@ class SuffixCore {
         kappa_(kappa),
         local_weight_(local_weight),
         cache_prompts_(cache_prompts),
-        global_(max_depth, 1024, /*private_ids=*/true, page_shift_for(global_cache_tokens)) {}
+        global_(max_depth, 1024, page_shift_for(global_cache_tokens)) {}
 
   // node pages of about a sixteenth of a full cache (~3.5 nodes per token), 32 KiB to 2 MiB
   static int page_shift_for(int64_t cache_tokens) {

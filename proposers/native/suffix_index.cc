@@ -27,7 +27,9 @@ using namespace specdraft;
 namespace {
 
 // ----------------------------------------------------------------------- argument conversion
-int32_t to_token(PyObject* o) {
+// The one conversion of a Python integer (int, numpy integer, anything with __index__) to C++:
+// TypeError / OverflowError from Python itself when it is not one or exceeds 64 bits.
+int64_t to_i64(PyObject* o) {
   long long v;
   if (PyLong_CheckExact(o)) {
     v = PyLong_AsLongLong(o);
@@ -38,8 +40,14 @@ int32_t to_token(PyObject* o) {
     Py_DECREF(i);
   }
   if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return (int64_t)v;
+}
+
+// A token id: to_i64, then it must fit in int32.
+int32_t to_token(PyObject* o) {
+  const int64_t v = to_i64(o);
   if (v < INT32_MIN || v > INT32_MAX) {
-    PyErr_Format(PyExc_OverflowError, "token %lld does not fit in int32", v);
+    PyErr_Format(PyExc_OverflowError, "token %lld does not fit in int32", (long long)v);
     throw py::error_already_set();
   }
   return (int32_t)v;
@@ -113,20 +121,6 @@ std::vector<int32_t> tokens_of(py::handle obj) {
   return v;
 }
 
-int64_t to_i64(PyObject* o) {
-  long long v;
-  if (PyLong_CheckExact(o)) {
-    v = PyLong_AsLongLong(o);
-  } else {
-    PyObject* i = PyNumber_Index(o);
-    if (!i) throw py::error_already_set();
-    v = PyLong_AsLongLong(i);
-    Py_DECREF(i);
-  }
-  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return (int64_t)v;
-}
-
 std::vector<int64_t> ints_of(py::handle obj) {
   std::vector<int64_t> v;
   PyObject* o = obj.ptr();
@@ -193,6 +187,30 @@ struct PyCore {
 };
 
 using Lock = std::lock_guard<std::mutex>;
+
+// Every binding that touches the core takes its lock first, through locked(): KeepGil for quick
+// calls, NoGil to release the GIL before waiting for the lock (long calls; other Python threads
+// run meanwhile).
+struct KeepGil {};
+struct NoGil {
+  py::gil_scoped_release rel;
+};
+template <class Gil = KeepGil, class F>
+decltype(auto) locked(PyCore& s, F&& f) {
+  Gil gil;
+  Lock lk(s.mu);
+  return f();
+}
+
+// The binding of a SuffixCore method: locked(), then the call.
+template <class Gil = KeepGil, class R, class... A>
+auto core_call(R (SuffixCore::*m)(A...)) {
+  return [m](PyCore& s, A... a) -> R { return locked<Gil>(s, [&]() -> R { return (s.core.*m)(a...); }); };
+}
+template <class Gil = KeepGil, class R, class... A>
+auto core_call(R (SuffixCore::*m)(A...) const) {
+  return [m](PyCore& s, A... a) -> R { return locked<Gil>(s, [&]() -> R { return (s.core.*m)(a...); }); };
+}
 
 using I64Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
@@ -297,12 +315,10 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
   in.vocab_size = vocab_size;
   in.tree = tree;
   StepOutput out;  // a copy taken under the lock: another thread's step may reuse step_out
-  {
-    py::gil_scoped_release rel;
-    Lock lk(self.mu);
+  locked<NoGil>(self, [&] {
     self.stepper.run(self.core, self.ctl.get(), in, self.step_out);
     out = self.step_out;
-  }
+  });
   py::array_t<int32_t> toks((py::ssize_t)out.tokens.size());
   if (!out.tokens.empty()) std::memcpy(toks.mutable_data(), out.tokens.data(), out.tokens.size() * sizeof(int32_t));
   py::array_t<int32_t> lens((py::ssize_t)n);
@@ -415,9 +431,7 @@ py::object run_batch(PyCore& self, py::handle handles, py::handle token_lists, p
   BatchOut out;
   bool missing = false;
   int64_t missing_h = 0;
-  {
-    py::gil_scoped_release rel;
-    Lock lk(self.mu);
+  locked<NoGil>(self, [&] {
     std::vector<SuffixCore::Request*> rs(n);
     for (size_t i = 0; i < n; ++i) {
       rs[i] = self.core.find(hs[i]);
@@ -454,7 +468,7 @@ py::object run_batch(PyCore& self, py::handle handles, py::handle token_lists, p
         }
       }
     }
-  }
+  });
   if (missing) {
     PyErr_SetObject(PyExc_KeyError, py::int_(missing_h).ptr());
     throw py::error_already_set();
@@ -532,7 +546,7 @@ PYBIND11_MODULE(_suffix_native, m) {
   // ------------------------------------------------------------------------- SuffixIndex
   py::class_<SuffixIndex>(m, "SuffixIndex",
                           "Depth-bounded suffix trie with counts and lazy leaves (native twin of "
-                          "specdraft.proposers.suffix_index.SuffixIndex; same node ids).")
+                          "specdraft.proposers.suffix_index.SuffixIndex; same answers, private node ids).")
       .def(py::init<int>(), py::arg("max_depth") = 24)
       .def_property_readonly("max_depth", &SuffixIndex::max_depth)
       .def_property_readonly("num_tokens", &SuffixIndex::num_tokens)
@@ -602,70 +616,39 @@ PYBIND11_MODULE(_suffix_native, m) {
       .def_property_readonly("local_weight", [](PyCore& s) { return s.core.local_weight(); })
       .def_property_readonly("cache_prompts", [](PyCore& s) { return s.core.cache_prompts(); })
       .def_property_readonly("cached_tokens",
-                             [](PyCore& s) {
-                               Lock lk(s.mu);
-                               return s.core.cached_tokens();
-                             })
+                             core_call(&SuffixCore::cached_tokens))
       .def_property_readonly("corpus_tokens",
-                             [](PyCore& s) {
-                               Lock lk(s.mu);
-                               return s.core.corpus_tokens();
-                             })
+                             core_call(&SuffixCore::corpus_tokens))
       .def("start",
            [](PyCore& s, int64_t h, py::handle prompt) {
              std::vector<int32_t> v = tokens_of(prompt);
-             py::gil_scoped_release rel;
-             Lock lk(s.mu);
-             s.core.start(h, v.data(), v.size());
+             return locked<NoGil>(s, [&] { s.core.start(h, v.data(), v.size()); });
            },
            py::arg("handle"), py::arg("prompt"))
       .def("extend",
            [](PyCore& s, int64_t h, py::handle toks) {
              std::vector<int32_t> v = tokens_of(toks);
-             Lock lk(s.mu);
-             s.core.extend(h, v.data(), v.size());
+             return locked(s, [&] { s.core.extend(h, v.data(), v.size()); });
            },
            py::arg("handle"), py::arg("tokens"))
-      .def("has",
-           [](PyCore& s, int64_t h) {
-             Lock lk(s.mu);
-             return s.core.has(h);
-           },
+      .def("has", core_call(&SuffixCore::has),
            py::arg("handle"))
-      .def("num_tokens",
-           [](PyCore& s, int64_t h) {
-             Lock lk(s.mu);
-             return s.core.num_tokens(h);
-           },
+      .def("num_tokens", core_call(&SuffixCore::num_tokens),
            py::arg("handle"))
-      .def("abort",
-           [](PyCore& s, int64_t h) {
-             Lock lk(s.mu);
-             s.core.abort(h);
-           },
+      .def("abort", core_call(&SuffixCore::abort),
            py::arg("handle"))
-      .def("finish",
-           [](PyCore& s, int64_t h) {
-             py::gil_scoped_release rel;
-             Lock lk(s.mu);
-             s.core.finish(h);
-           },
+      .def("finish", core_call<NoGil>(&SuffixCore::finish),
            py::arg("handle"))
       .def("load_corpus",
            [](PyCore& s, py::handle toks) {
              std::vector<int32_t> v = tokens_of(toks);
-             py::gil_scoped_release rel;
-             Lock lk(s.mu);
-             s.core.load_corpus(v.data(), v.size());
+             return locked<NoGil>(s, [&] { s.core.load_corpus(v.data(), v.size()); });
            },
            py::arg("tokens"))
       .def("draft",
            [](PyCore& s, int64_t h, int64_t budget, bool tree) {
              static thread_local Draft d;
-             {
-               Lock lk(s.mu);
-               s.core.draft(h, budget, tree, d);
-             }
+             locked(s, [&] { s.core.draft(h, budget, tree, d); });
              return draft_tuple(d);
            },
            py::arg("handle"), py::arg("budget"), py::arg("tree") = false,
@@ -716,8 +699,9 @@ PYBIND11_MODULE(_suffix_native, m) {
              if (!pts.empty() && pts.size() < 2) throw ValueErr{"cost curve needs at least 2 points"};
              ControllerParams prm{calibration_prior, request_prior, request_decay, idle_decay, min_gain,
                                   max_waste};
-             Lock lk(s.mu);
-             s.ctl = std::make_unique<DraftLengthController>(CostModel(cp, pts, cost_prior), prm);
+             return locked(s, [&] {
+               s.ctl = std::make_unique<DraftLengthController>(CostModel(cp, pts, cost_prior), prm);
+             });
            },
            py::arg("curve"), py::arg("cost_prior") = 4.0, py::arg("calibration_prior") = 8.0,
            py::arg("request_prior") = 1.0, py::arg("request_decay") = 0.9, py::arg("idle_decay") = 0.9,
@@ -726,19 +710,16 @@ PYBIND11_MODULE(_suffix_native, m) {
            "[(tokens, cost), ...] and/or the seven GPU cost parameters.")
       .def("ctl_observe",
            [](PyCore& s, int64_t h, int64_t n) {
-             Lock lk(s.mu);
-             controller_of(s).observe(h, n);
+             return locked(s, [&] { controller_of(s).observe(h, n); });
            })
       .def("ctl_forget",
            [](PyCore& s, int64_t h) {
-             Lock lk(s.mu);
-             controller_of(s).forget(h);
+             return locked(s, [&] { controller_of(s).forget(h); });
            })
       .def("ctl_sent",
            [](PyCore& s, int64_t h, py::handle probs) {
              std::vector<double> p = doubles_of(probs);
-             Lock lk(s.mu);
-             controller_of(s).sent(h, p.data(), p.size());
+             return locked(s, [&] { controller_of(s).sent(h, p.data(), p.size()); });
            })
       .def("ctl_choose",
            [](PyCore& s, py::handle keys, py::handle drafts, py::handle contexts, py::handle batch) {
@@ -772,11 +753,10 @@ PYBIND11_MODULE(_suffix_native, m) {
                shape.longest = (double)longest;
              }
              std::vector<int64_t> counts(ks.size());
-             {
-               Lock lk(s.mu);
+             locked(s, [&] {
                controller_of(s).choose(ks.data(), ks.size(), parents.data(), probs.data(), off.data(), shape,
                                        counts.data());
-             }
+             });
              py::list res(counts.size());
              for (size_t i = 0; i < counts.size(); ++i) res[i] = py::int_(counts[i]);
              return res;
@@ -787,112 +767,80 @@ PYBIND11_MODULE(_suffix_native, m) {
              std::vector<int32_t> pa = int32s_of(parents);
              std::vector<double> pr = doubles_of(probs);
              std::vector<double> out;
-             Lock lk(s.mu);
-             controller_of(s).path_gains(h, pa.data(), pr.data(), std::min(pa.size(), pr.size()), out);
-             py::list res(out.size());
-             for (size_t i = 0; i < out.size(); ++i) res[i] = py::float_(out[i]);
-             return res;
+             return locked(s, [&] {
+               controller_of(s).path_gains(h, pa.data(), pr.data(), std::min(pa.size(), pr.size()), out);
+               py::list res(out.size());
+               for (size_t i = 0; i < out.size(); ++i) res[i] = py::float_(out[i]);
+               return res;
+             });
            })
       .def("ctl_calibrated",
            [](PyCore& s, double p) {
-             Lock lk(s.mu);
-             return controller_of(s).calibrated(p);
+             return locked(s, [&] { return controller_of(s).calibrated(p); });
            })
       .def("ctl_request_factor",
            [](PyCore& s, int64_t h) {
-             Lock lk(s.mu);
-             return controller_of(s).request_factor(h);
+             return locked(s, [&] { return controller_of(s).request_factor(h); });
            })
       .def("ctl_cost",
            [](PyCore& s, double tokens, int64_t requests, double context, double longest) {
              if (longest < 0) longest = requests > 0 ? context / (double)requests : 0.0;
-             Lock lk(s.mu);
-             return controller_of(s).cost_model().cost(tokens, BatchShape{requests, context, longest});
+             return locked(s, [&] {
+               return controller_of(s).cost_model().cost(tokens, BatchShape{requests, context, longest});
+             });
            },
            py::arg("tokens"), py::arg("requests") = 1, py::arg("context") = 0.0, py::arg("longest") = -1.0)
       .def("ctl_cost_observe",
            [](PyCore& s, int64_t tokens, double seconds, int64_t requests, double context, double longest) {
              if (longest < 0) longest = requests > 0 ? context / (double)requests : 0.0;
              BatchShape b{requests, context, longest};
-             Lock lk(s.mu);
-             controller_of(s).cost_model().observe(tokens, seconds, requests >= 0 ? &b : nullptr);
+             return locked(s, [&] {
+               controller_of(s).cost_model().observe(tokens, seconds, requests >= 0 ? &b : nullptr);
+             });
            },
            py::arg("tokens"), py::arg("seconds"), py::arg("requests") = -1, py::arg("context") = 0.0,
            py::arg("longest") = -1.0, "requests < 0: the batch last sized")
       .def("ctl_chosen_lengths",
            [](PyCore& s) {
-             Lock lk(s.mu);
-             py::dict d;
-             for (const auto& kv : controller_of(s).chosen_lengths()) d[py::int_(kv.first)] = kv.second;
-             return d;
+             return locked(s, [&] {
+               py::dict d;
+               for (const auto& kv : controller_of(s).chosen_lengths()) d[py::int_(kv.first)] = kv.second;
+               return d;
+             });
            })
-      .def("num_requests",
-           [](PyCore& s) {
-             Lock lk(s.mu);
-             return s.core.num_requests();
-           })
-      .def("global_tokens",
-           [](PyCore& s) {
-             Lock lk(s.mu);
-             return s.core.global_tokens();
-           })
-      .def("global_nodes",
-           [](PyCore& s) {
-             Lock lk(s.mu);
-             return s.core.global_nodes();
-           })
-      .def("memory_bytes",
-           [](PyCore& s) {
-             Lock lk(s.mu);
-             return s.core.memory_bytes();
-           },
+      .def("num_requests", core_call(&SuffixCore::num_requests))
+      .def("global_tokens", core_call(&SuffixCore::global_tokens))
+      .def("global_nodes", core_call(&SuffixCore::global_nodes))
+      .def("memory_bytes", core_call(&SuffixCore::memory_bytes),
            "Bytes held by the global index (node array, hash table, token storage, bookkeeping).")
-      .def("requests_memory_bytes",
-           [](PyCore& s) {
-             Lock lk(s.mu);
-             return s.core.requests_memory_bytes();
-           },
+      .def("requests_memory_bytes", core_call(&SuffixCore::requests_memory_bytes),
            "Bytes held by the live requests' local indexes.")
-      .def("evict_global",
-           [](PyCore& s, int64_t keep) {
-             py::gil_scoped_release rel;
-             Lock lk(s.mu);
-             return s.core.evict_global(keep);
-           },
+      .def("evict_global", core_call<NoGil>(&SuffixCore::evict_global),
            py::arg("keep_tokens") = 0,
            "Native extension: evict cached requests (oldest first) until at most keep_tokens remain.")
-      .def("compact_global",
-           [](PyCore& s) {
-             py::gil_scoped_release rel;
-             Lock lk(s.mu);
-             s.core.compact_global();
-           },
+      .def("compact_global", core_call<NoGil>(&SuffixCore::compact_global),
            "Native extension: renumber the global index breadth-first and shrink its arrays.")
       .def("check_global",
            [](PyCore& s) {
-             Lock lk(s.mu);
-             s.core.global_index().check();
+             return locked(s, [&] { s.core.global_index().check(); });
            })
       .def("global_stats",
            [](PyCore& s) {
-             Lock lk(s.mu);
-             const SuffixIndex& g = s.core.global_index();
-             py::dict d;
-             d["nodes"] = g.num_nodes();
-             d["node_array"] = g.node_capacity();
-             d["node_reserved"] = g.node_reserved();
-             d["free_nodes"] = g.free_nodes();
-             d["zombies"] = g.zombies();
-             d["heavy_nodes"] = g.heavy_nodes();
-             d["hash_slots"] = g.slot_count();
-             d["tokens"] = g.num_tokens();
-             d["memory_bytes"] = s.core.memory_bytes();
-             return d;
+             return locked(s, [&] {
+               const SuffixIndex& g = s.core.global_index();
+               py::dict d;
+               d["nodes"] = g.num_nodes();
+               d["node_array"] = g.node_capacity();
+               d["node_reserved"] = g.node_reserved();
+               d["free_nodes"] = g.free_nodes();
+               d["zombies"] = g.zombies();
+               d["heavy_nodes"] = g.heavy_nodes();
+               d["hash_slots"] = g.slot_count();
+               d["tokens"] = g.num_tokens();
+               d["memory_bytes"] = s.core.memory_bytes();
+               return d;
+             });
            },
            "Native extension: sizes of the global index's structures.")
-      .def("check_requests",
-           [](PyCore& s) {
-             Lock lk(s.mu);
-             s.core.check_requests();
-           });
+      .def("check_requests", core_call(&SuffixCore::check_requests));
 }

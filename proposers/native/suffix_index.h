@@ -1,165 +1,48 @@
 // Depth-bounded suffix trie with occurrence counts and lazy leaves: the native twin of
-// proposers/suffix_index.py. Every count, tie-break and query answer follows the Python file, and
-// in exact-id mode (the SuffixIndex binding) so does node allocation, so node ids match too
-// (tests/test_native_twin.py).
+// proposers/suffix_index.py. Every count, tie-break and query answer follows the Python file
+// (tests/test_native_twin.py compares the two on what callers see: walks, continuations and
+// their counts, match lengths, drafts). Node ids are private: they are allocated, freed and
+// renumbered (compact()) independently of the twin's.
 //
-// Layout (chosen for random-access speed and bytes per cached token):
-//  * nodes: 32-byte records in fixed-size pages (growth never copies), so every field a visit
-//    touches shares one cache line: tok, cnt, par, ref_seq, ref_pos, first_child, next_sib,
-//    dep (uint16), open, flags. A closed node's (ref_seq, ref_pos) is its single occurrence
-//    (ref_seq: an internal sequence *slot*, dense and reused, not the caller's id). An open
-//    node's ref is never read by the twin's algorithms (the twin keeps writing it; those writes
-//    are left out here), so there ref_seq holds the node's suffix link (the node of its gram
-//    without the first token) and ref_pos its heavy entry, or (light node) its child count.
-//  * children: ONE open-addressing hash table for the whole trie, keyed by (parent, token),
-//    Fibonacci hashing, linear probing, power-of-two capacity, load <= 1/2, backward-shift
-//    deletion (no tombstones). A slot holds only the child id (4 bytes); the key is read back
-//    from the child's record, which a successful lookup reads anyway. Children of a node are
-//    also chained through first_child / next_sib so continuations can be enumerated.
-//  * high-fanout ("heavy") nodes, more than heavy_threshold() children: a 128-byte entry keeps
-//    the exact sum and number of their children's counts and a buffer of their best TOPN
-//    candidates (count desc, token asc) with an upper bound on the count of every child outside
-//    the buffer, all updated on every count change. The first k buffered children are provably
-//    the top k while the k-th beats the bound, so drafting from such a node reads its entry (two
-//    cache lines) instead of walking its children; only when evictions erode that margin does
-//    the next query rescan them.
+// Layout (chosen for random-access speed and bytes per cached token); each part is documented in
+// its own header:
+//  * node_store.h: 32-byte node records in fixed-size pages, and the accessors for the two
+//    fields whose meaning depends on the node's state (occurrence / suffix link / heavy entry /
+//    child count).
+//  * child_table.h: one open-addressing (parent, token) -> child hash table for the whole trie.
+//  * heavy_topk.h: high-fanout nodes' entries (exact child-count sums and a top-k buffer with a
+//    bound), so drafting from them reads one entry instead of walking their children.
+//  * index_errors.h: error types, profiling counters, test switches; index_checks.h: check().
+// In this file:
 //  * suffix links let the drafter re-anchor at the depth cap, and the global matcher drop a
 //    context's first token, without walking from the root.
-//  * free list of node ids, LIFO like the Python twin. In exact-id mode dead nodes are unlinked
-//    and freed immediately in the twin's order. In private-id mode (SuffixCore's global index,
-//    whose ids are never exposed) removal visits positions window-wise with prefetching, dead
+//  * free list of node ids (LIFO). Removal visits positions window-wise with prefetching; dead
 //    children of heavy parents stay linked as zombies (count 0, out of the hash table) until a
-//    quarter of the list is dead, an empty index gives all its memory back, and compact() may
-//    renumber.
+//    quarter of the list is dead; an empty index gives all its memory back; compact() renumbers.
 //  * sequences: std::vector<int32_t> per slot; a live (appendable) sequence also holds its
 //    window of max_depth node ids.
 #pragma once
 
 #include <algorithm>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
-#include <memory>
-#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "child_table.h"
+#include "heavy_topk.h"
+#include "index_errors.h"
+#include "node_store.h"
+
 namespace specdraft {
-
-// Profiling counters, compiled in only with -DSPECDRAFT_COUNTERS (read by _suffix_native._counters()).
-#ifdef SPECDRAFT_COUNTERS
-inline uint64_t g_counters[16];
-#define SD_COUNT(i, v) (::specdraft::g_counters[i] += (v))
-#else
-#define SD_COUNT(i, v) ((void)0)
-#endif
-enum { C_FIND, C_WALK, C_WALK_LEVELS, C_ENUM, C_ENUM_CHILDREN, C_HEAVY_Q, C_GLOBAL_FINDS, C_DRAFTS, C_LEN_G,
-       C_LEN_L, C_REANCHOR, C_APPEND, C_APPEND_LEVELS, C_NEW_NODE, C_PROBES };
-
-constexpr int32_t kRoot = 0;
-constexpr int kMaxDepthLimit = 65535;
-constexpr int TOPN = 8;  // candidates buffered per heavy node (max_children <= TOPN uses them)
-
-// Tests only: cross-check fast paths against the plain algorithms (throws AssertErr on mismatch).
-inline bool& debug_checks() {
-  static bool on = false;
-  return on;
-}
-
-// Nodes with more children than this get a heavy entry (tests lower it to exercise the paths).
-inline int& heavy_threshold() {
-  static int t = 4;
-  return t;
-}
-
-// Python-visible errors, translated by the bindings.
-struct KeyErr {
-  int64_t key;
-  std::string msg;  // empty: KeyError(key) like a dict lookup; else KeyError(msg)
-};
-struct ValueErr {
-  std::string msg;
-};
-struct AssertErr {
-  std::string msg;
-};
-
-enum : uint8_t { F_MARK = 1, F_HEAVY = 2, F_ZOMBIE = 4 };
-
-struct Node {
-  int32_t tok;
-  int32_t cnt;
-  int32_t par;
-  int32_t ref_seq;  // closed: internal sequence slot; open: suffix link
-  int32_t ref_pos;  // closed: position; open: heavy entry, or the number of children (light)
-  int32_t first_child;
-  int32_t next_sib;
-  uint16_t dep;
-  uint8_t open;
-  uint8_t flags;  // F_MARK (scratch, 0 between calls), F_HEAVY, F_ZOMBIE
-};
-static_assert(sizeof(Node) == 32, "Node must stay 32 bytes");
-
-// Node storage in fixed-size pages: growth never copies or doubles the array (no transient 2x
-// memory for a large cache) and at most one page is partly unused.
-class NodeStore {
- public:
-  explicit NodeStore(int page_shift = 14) : shift_(page_shift), mask_(((size_t)1 << page_shift) - 1) {}
-  Node& operator[](size_t i) { return pages_[i >> shift_][i & mask_]; }
-  const Node& operator[](size_t i) const { return pages_[i >> shift_][i & mask_]; }
-  size_t size() const { return size_; }
-  size_t capacity() const { return pages_.size() << shift_; }
-  void emplace_back() {
-    if (size_ == capacity()) pages_.emplace_back(new Node[(size_t)1 << shift_]);
-    ++size_;
-  }
-  void push_back(const Node& x) {
-    emplace_back();
-    (*this)[size_ - 1] = x;
-  }
-  void clear() {
-    std::vector<std::unique_ptr<Node[]>>().swap(pages_);
-    size_ = 0;
-  }
-  void swap(NodeStore& o) {
-    pages_.swap(o.pages_);
-    std::swap(size_, o.size_);
-    std::swap(shift_, o.shift_);
-    std::swap(mask_, o.mask_);
-  }
-  int page_shift() const { return shift_; }
-  size_t page_table_bytes() const { return pages_.capacity() * sizeof(void*); }
-
- private:
-  std::vector<std::unique_ptr<Node[]>> pages_;
-  size_t size_ = 0;
-  int shift_;
-  size_t mask_;
-};
-
-struct State {
-  int32_t node = -1;  // -1: None
-  int32_t extra = 0;
-  bool valid() const { return node >= 0; }
-  bool operator==(const State& o) const { return node == o.node && extra == o.extra; }
-};
-
-struct Cont {
-  int32_t tok;
-  int32_t cnt;
-  State next;
-};
-
-// ascending order == continuations() order: count desc, token asc
-inline bool cont_before(const Cont& a, const Cont& b) { return a.cnt != b.cnt ? a.cnt > b.cnt : a.tok < b.tok; }
 
 class SuffixIndex {
  public:
-  explicit SuffixIndex(int max_depth = 24, uint32_t initial_slots = 64, bool private_ids = false,
-                       int page_shift = 12)
-      : D_(max_depth), private_ids_(private_ids), nodes_(page_shift) {
+  explicit SuffixIndex(int max_depth = 24, uint32_t initial_slots = 64, int page_shift = 12)
+      : D_(max_depth), nodes_(page_shift) {
     if (max_depth < 1) throw ValueErr{"max_depth must be >= 1, got " + std::to_string(max_depth)};
     if (max_depth > kMaxDepthLimit)
       throw ValueErr{"max_depth must be <= " + std::to_string(kMaxDepthLimit) + " in the native index, got " +
@@ -250,16 +133,16 @@ class SuffixIndex {
         c = find_child(a, token);
         if (c < 0) {
           c = new_node(token, a, si, pos);
-          if (nodes_[a].flags & F_HEAVY)
+          if (is_heavy(nodes_[a]))
             heavy_child_up(a, c, true);
-          else if (nodes_[a].ref_pos > heavy_threshold())
+          else if (child_count(nodes_[a]) > heavy_threshold())
             heavy_promote(a);
         } else {
           // The twin also moves c's ref to this occurrence; c is open from here on, and an
           // open node's ref is never read, so that write is left out (the field holds the link).
           if (!nodes_[c].open) open_node(c, si, pos, prev);
           nodes_[c].cnt += 1;
-          if (nodes_[a].flags & F_HEAVY) heavy_child_up(a, c, false);
+          if (is_heavy(nodes_[a])) heavy_child_up(a, c, false);
         }
       }
       if (k + 1 < D) w[k + 1] = c;
@@ -278,70 +161,53 @@ class SuffixIndex {
     const int D = D_;
     const int64_t n = (int64_t)s.size();
     std::vector<int32_t> dead;
-    if (private_ids_) {
-      // The twin's walks (one per start position), 16 at a time in lockstep so their cache
-      // misses overlap: each round prefetches every walk's hash slot, then its candidate child,
-      // then takes one step in each. The decrements are the same; only the order in which dead
-      // nodes are found differs, and with private ids nothing depends on it.
-      constexpr int G = 16;
-      struct Walk {
-        int64_t j, end;
-        int32_t cur;
-      } ws[G];
-      int64_t next_i = 0;
-      int live = 0;
-      while (live < G && next_i < n) {
-        ws[live++] = Walk{next_i, std::min<int64_t>(next_i + D, n), kRoot};
-        ++next_i;
+    // The twin's walks (one per start position), 16 at a time in lockstep so their cache misses
+    // overlap: each round prefetches every walk's hash slot, then its candidate child, then takes
+    // one step in each. The decrements are the twin's; only the order in which dead nodes are
+    // found differs, and nothing outside depends on it (node ids are private).
+    constexpr int kWalks = 16;
+    struct Walk {
+      int64_t j, end;
+      int32_t cur;
+    } ws[kWalks];
+    int64_t next_i = 0;
+    int live = 0;
+    while (live < kWalks && next_i < n) {
+      ws[live++] = Walk{next_i, std::min<int64_t>(next_i + D, n), kRoot};
+      ++next_i;
+    }
+    const uint32_t* sl = table_.slots();
+    size_t hs[kWalks];
+    while (live > 0) {
+      for (int k = 0; k < live; ++k) {
+        hs[k] = table_.home(ws[k].cur, s[ws[k].j]);
+        __builtin_prefetch(&sl[hs[k]]);
       }
-      const uint32_t* sl = slots_.data();
-      size_t hs[G];
-      while (live > 0) {
-        for (int k = 0; k < live; ++k) {
-          hs[k] = home(ws[k].cur, s[ws[k].j]);
-          __builtin_prefetch(&sl[hs[k]]);
-        }
-        for (int k = 0; k < live; ++k) {
-          const uint32_t v = sl[hs[k]];
-          if (v) __builtin_prefetch(&nodes_[v]);
-          const Node& P = nodes_[ws[k].cur];
-          if (P.flags & F_HEAVY) __builtin_prefetch(&heavy_pool_[P.ref_pos]);
-        }
-        for (int k = 0; k < live;) {
-          Walk& w = ws[k];
-          const int32_t c = find_child(w.cur, s[w.j]);
-          if (c < 0) throw AssertErr{"remove: missing child (index corrupted)"};
-          Node& C = nodes_[c];
-          C.cnt -= 1;
-          if (C.cnt == 0) dead.push_back(c);
-          if (nodes_[w.cur].flags & F_HEAVY) heavy_child_down(w.cur, c);
-          if (C.open && ++w.j < w.end) {
-            w.cur = c;
-            ++k;
-          } else if (next_i < n) {
-            w = Walk{next_i, std::min<int64_t>(next_i + D, n), kRoot};
-            ++next_i;
-            ++k;
-          } else {
-            w = ws[--live];
-          }
-        }
+      for (int k = 0; k < live; ++k) {
+        const uint32_t v = sl[hs[k]];
+        if (v) __builtin_prefetch(&nodes_[v]);
+        const Node& P = nodes_[ws[k].cur];
+        if (is_heavy(P)) __builtin_prefetch(&heavy_[heavy_entry(P)]);
       }
-    } else {
-    for (int64_t i = 0; i < n; ++i) {
-      int32_t cur = kRoot;
-      const int64_t end = std::min<int64_t>(i + D, n);
-      for (int64_t j = i; j < end; ++j) {
-        int32_t c = find_child(cur, s[j]);
+      for (int k = 0; k < live;) {
+        Walk& w = ws[k];
+        const int32_t c = find_child(w.cur, s[w.j]);
         if (c < 0) throw AssertErr{"remove: missing child (index corrupted)"};
         Node& C = nodes_[c];
         C.cnt -= 1;
         if (C.cnt == 0) dead.push_back(c);
-        if (nodes_[cur].flags & F_HEAVY) heavy_child_down(cur, c);
-        if (!C.open) break;
-        cur = c;
+        if (is_heavy(nodes_[w.cur])) heavy_child_down(w.cur, c);
+        if (C.open && ++w.j < w.end) {
+          w.cur = c;
+          ++k;
+        } else if (next_i < n) {
+          w = Walk{next_i, std::min<int64_t>(next_i + D, n), kRoot};
+          ++next_i;
+          ++k;
+        } else {
+          w = ws[--live];
+        }
       }
-    }
     }
     nodes_[kRoot].cnt -= (int32_t)n;
     num_tokens_ -= n;
@@ -353,7 +219,7 @@ class SuffixIndex {
     std::vector<int32_t>().swap(S.window);
     S.used = false;
     free_seqs_.push_back(si);
-    if (ids_.empty() && private_ids_) shrink_when_empty();
+    if (ids_.empty()) shrink_when_empty();
   }
 
   // ------------------------------------------------------------------------------- queries
@@ -364,8 +230,8 @@ class SuffixIndex {
     for (int64_t i = 0; i < n; ++i) {
       const Node& N = nodes_[cur];
       if (!N.open) {
-        const std::vector<int32_t>& s = seqs_[N.ref_seq].toks;
-        const int64_t p = N.ref_pos;
+        const std::vector<int32_t>& s = seqs_[occ_seq(N)].toks;
+        const int64_t p = occ_pos(N);
         const int64_t extra = n - i;
         if (p + extra >= (int64_t)s.size()) return State{};
         const int32_t* sp = s.data() + p + 1;
@@ -395,9 +261,9 @@ class SuffixIndex {
       if (i == n) return State{cur, 0};
     }
     const Node& N = nodes_[cur];
-    const std::vector<int32_t>& s = seqs_[N.ref_seq].toks;
+    const std::vector<int32_t>& s = seqs_[occ_seq(N)].toks;
     const int64_t rest = n - i;
-    const int64_t p = (int64_t)N.ref_pos + base;
+    const int64_t p = (int64_t)occ_pos(N) + base;
     if (p + rest >= (int64_t)s.size()) return State{};
     const int32_t* sp = s.data() + p + 1;
     for (int64_t j = 0; j < rest; ++j)
@@ -408,13 +274,13 @@ class SuffixIndex {
   void prefetch_state(State st) const {
     const Node& N = nodes_[st.node];
     if (N.open && st.extra == 0) {
-      if (N.flags & F_HEAVY)
-        __builtin_prefetch(&heavy_pool_[N.ref_pos]);
+      if (is_heavy(N))
+        __builtin_prefetch(&heavy_[heavy_entry(N)]);
       else if (N.first_child >= 0)
         __builtin_prefetch(&nodes_[N.first_child]);
     } else {
-      const std::vector<int32_t>& s = seqs_[N.ref_seq].toks;
-      const int64_t p = (int64_t)N.ref_pos + st.extra + 1;
+      const std::vector<int32_t>& s = seqs_[occ_seq(N)].toks;
+      const int64_t p = (int64_t)occ_pos(N) + st.extra + 1;
       if (p < (int64_t)s.size()) __builtin_prefetch(s.data() + p);
     }
   }
@@ -426,14 +292,14 @@ class SuffixIndex {
   State suffix_state(State st, const int32_t* tokens, int64_t end) const {
     const Node& X = nodes_[st.node];
     if (X.open && st.extra == 0) {
-      const int32_t y = X.ref_seq;
+      const int32_t y = suffix_link(X);
       return y >= 0 ? State{y, 0} : State{};
     }
     State base{kRoot, 0};
     if (X.par != kRoot) {
       const Node& P = nodes_[X.par];
-      if (!P.open || P.ref_seq < 0) return State{};
-      const int32_t y = find_child(P.ref_seq, X.tok);
+      if (!P.open || suffix_link(P) < 0) return State{};
+      const int32_t y = find_child(suffix_link(P), X.tok);
       if (y < 0) return State{};
       base = State{y, 0};
     }
@@ -443,7 +309,7 @@ class SuffixIndex {
 
   bool has_live_child(int32_t node) const {
     const Node& N = nodes_[node];
-    if (N.flags & F_HEAVY) return heavy_of(node).sum > 0;  // zombies may still be linked
+    if (is_heavy(N)) return heavy_of(node).sum > 0;  // zombies may still be linked
     return N.first_child >= 0;
   }
 
@@ -451,8 +317,8 @@ class SuffixIndex {
   bool has_cont(State st) const {
     const Node& N = nodes_[st.node];
     if (N.open && st.extra == 0) return has_live_child(st.node);
-    const std::vector<int32_t>& s = seqs_[N.ref_seq].toks;
-    return (int64_t)N.ref_pos + st.extra + 1 < (int64_t)s.size();
+    const std::vector<int32_t>& s = seqs_[occ_seq(N)].toks;
+    return (int64_t)occ_pos(N) + st.extra + 1 < (int64_t)s.size();
   }
 
   int64_t state_depth(State st) const { return (int64_t)nodes_[st.node].dep + st.extra; }
@@ -462,7 +328,7 @@ class SuffixIndex {
   // of an open node's gram are open nodes, so walk(gram[-L:]) is (link^(dep-L)(x), 0).
   // Returns false when a link is missing (then the caller walks).
   bool suffix_match(int32_t x, State& out, int64_t& len) const {
-    int32_t y = nodes_[x].ref_seq;
+    int32_t y = suffix_link(nodes_[x]);
     for (int64_t L = (int64_t)nodes_[x].dep - 1; L > 0; --L) {
       if (y <= 0 || !nodes_[y].open || nodes_[y].dep != L) return false;
       if (has_live_child(y)) {
@@ -470,7 +336,7 @@ class SuffixIndex {
         len = L;
         return true;
       }
-      y = nodes_[y].ref_seq;
+      y = suffix_link(nodes_[y]);
     }
     out = State{};
     len = 0;
@@ -489,8 +355,8 @@ class SuffixIndex {
       std::sort(out.begin(), out.end(), cont_before);
       return;
     }
-    const std::vector<int32_t>& s = seqs_[N.ref_seq].toks;
-    const int64_t p = (int64_t)N.ref_pos + st.extra + 1;
+    const std::vector<int32_t>& s = seqs_[occ_seq(N)].toks;
+    const int64_t p = (int64_t)occ_pos(N) + st.extra + 1;
     if (p >= (int64_t)s.size()) return;
     out.push_back(Cont{s[p], 1, State{st.node, st.extra + 1}});
   }
@@ -503,7 +369,7 @@ class SuffixIndex {
     const Node& N = nodes_[st.node];
     if (N.open && st.extra == 0) {
       const int32_t node = st.node;
-      if ((N.flags & F_HEAVY) && k <= TOPN) {
+      if (is_heavy(N) && k <= TOPN) {
         Heavy& H = heavy_of(node);
         SD_COUNT(C_HEAVY_Q, 1);
         if (!heavy_exact(H, (int)k)) heavy_rescan(node, H);
@@ -524,7 +390,7 @@ class SuffixIndex {
         }
         c = C.next_sib;
       }
-      if (n > heavy_threshold() && !(N.flags & F_HEAVY)) heavy_promote(node);
+      if (n > heavy_threshold() && !is_heavy(N)) heavy_promote(node);
       if (n > k) {
         std::nth_element(out.begin(), out.begin() + k, out.end(), cont_before);
         out.resize((size_t)k);
@@ -532,8 +398,8 @@ class SuffixIndex {
       std::sort(out.begin(), out.end(), cont_before);
       return n;
     }
-    const std::vector<int32_t>& s = seqs_[N.ref_seq].toks;
-    const int64_t p = (int64_t)N.ref_pos + st.extra + 1;
+    const std::vector<int32_t>& s = seqs_[occ_seq(N)].toks;
+    const int64_t p = (int64_t)occ_pos(N) + st.extra + 1;
     if (p >= (int64_t)s.size()) return 0;
     total = 1;
     if (k > 0) out.push_back(Cont{s[p], 1, State{st.node, st.extra + 1}});
@@ -583,7 +449,7 @@ class SuffixIndex {
   size_t memory_bytes() const {
     size_t b = sizeof(*this);
     b += nodes_.capacity() * sizeof(Node) + nodes_.page_table_bytes();
-    b += slots_.capacity() * sizeof(uint32_t);
+    b += table_.memory_bytes();
     b += free_.capacity() * sizeof(int32_t);
     b += free_seqs_.capacity() * sizeof(int32_t);
     b += seqs_.capacity() * sizeof(Seq);
@@ -591,18 +457,18 @@ class SuffixIndex {
     // unordered_maps: one heap node per entry plus the bucket array
     b += ids_.size() * (sizeof(std::pair<const int64_t, int32_t>) + 2 * sizeof(void*)) +
          ids_.bucket_count() * sizeof(void*);
-    b += heavy_pool_.capacity() * sizeof(Heavy) + heavy_free_.capacity() * sizeof(int32_t);
+    b += heavy_.memory_bytes();
     return b;
   }
   size_t node_capacity() const { return nodes_.size(); }
   size_t node_reserved() const { return nodes_.capacity(); }
-  size_t slot_count() const { return slots_.size(); }
+  size_t slot_count() const { return table_.slot_count(); }
   int64_t zombies() const { return zombies_; }
   size_t free_nodes() const { return free_.size(); }
-  size_t heavy_nodes() const { return heavy_pool_.size() - heavy_free_.size(); }
+  size_t heavy_nodes() const { return heavy_.in_use(); }
 
   // Renumber live nodes breadth-first (siblings contiguous), drop zombies and the free list,
-  // shrink the node array and the hash table. Node ids change: private-id owners only.
+  // shrink the node array and the hash table. Node ids change.
   void compact() {
     const size_t live = (size_t)num_nodes();
     std::vector<int32_t> order;
@@ -622,13 +488,14 @@ class SuffixIndex {
     for (int32_t o : order) {
       Node x = nodes_[o];
       x.par = x.par >= 0 ? newid[x.par] : -1;
-      if (x.open) {
-        x.ref_seq = x.ref_seq >= 0 ? newid[x.ref_seq] : -1;  // suffix link
-        x.ref_pos = 0;                                      // child count, below
-      }
       x.first_child = -1;
       x.next_sib = -1;
-      x.flags = 0;
+      x.flags = 0;  // heavy entries are rebuilt below
+      if (x.open) {
+        const int32_t link = suffix_link(x);
+        set_suffix_link(x, link >= 0 ? newid[link] : -1);
+        set_child_count(x, 0);  // counted below
+      }
       nn.push_back(x);
     }
     // relink children in BFS order (each parent's children are contiguous)
@@ -637,111 +504,69 @@ class SuffixIndex {
       Node& P = nn[X.par];
       X.next_sib = P.first_child;
       P.first_child = (int32_t)i;
-      P.ref_pos += 1;
+      set_child_count(P, child_count(P) + 1);
     }
     nodes_.swap(nn);
     std::vector<int32_t>().swap(free_);
     zombies_ = 0;
-    std::vector<Heavy>().swap(heavy_pool_);
-    std::vector<int32_t>().swap(heavy_free_);
+    heavy_.clear();
     for (Seq& S : seqs_)
       if (S.used && S.live)
         for (int32_t& v : S.window)
           if (v >= 0) v = newid[v];
-    rebuild_table(table_capacity_for(live));
+    table_.rebuild(nodes_, ChildTable::capacity_for(live));
     for (size_t i = 0; i < nodes_.size(); ++i)
-      if (nodes_[i].open && nodes_[i].ref_pos > heavy_threshold()) heavy_promote((int32_t)i);
+      if (nodes_[i].open && child_count(nodes_[i]) > heavy_threshold()) heavy_promote((int32_t)i);
     version_ += 1;
   }
 
   // Python check(): verify invariants (and the native structures); throws AssertErr.
-  void check() const {
-    const size_t N = nodes_.size();
-    std::vector<uint8_t> is_free(N, 0);
-    for (int32_t f : free_) {
-      if (f <= 0 || (size_t)f >= N || is_free[f]) throw AssertErr{"bad free list"};
-      is_free[f] = 1;
-    }
-    size_t children_total = 0, zombies = 0, heavy_seen = 0;
-    std::vector<uint8_t> entry_used(heavy_pool_.size(), 0);
-    for (int32_t e : heavy_free_) entry_used[e] = 1;
-    for (size_t n = 0; n < N; ++n) {
-      if (is_free[n]) {
-        if (nodes_[n].par != -1) throw AssertErr{"free node with a parent"};
-        continue;
-      }
-      const Node& X = nodes_[n];
-      if (X.flags & F_ZOMBIE) {
-        ++zombies;
-        continue;
-      }
-      if (n != (size_t)kRoot && X.par < 0) throw AssertErr{"live node without parent"};
-      if (!X.open && (X.cnt != 1 || X.first_child >= 0))
-        throw AssertErr{"closed node " + std::to_string(n) + " has count " + std::to_string(X.cnt) +
-                        " or children"};
-      if (X.flags & F_MARK) throw AssertErr{"stale mark"};
-      if (X.open && n != (size_t)kRoot) {  // suffix link: the node of the gram minus its first token
-        std::vector<int32_t> g;
-        for (int32_t y = (int32_t)n; y != kRoot; y = nodes_[y].par) g.push_back(nodes_[y].tok);
-        std::reverse(g.begin(), g.end());
-        State sw = walk(g.data() + 1, (int64_t)g.size() - 1);
-        if (!(sw == State{X.ref_seq, 0})) throw AssertErr{"bad suffix link at node " + std::to_string(n)};
-      }
-      int64_t sum = 0, nlive = 0, nz = 0;
-      std::vector<Cont> kids;
-      for (int32_t c = X.first_child; c >= 0; c = nodes_[c].next_sib) {
-        const Node& C = nodes_[c];
-        if (is_free[c]) throw AssertErr{"free node linked as a child"};
-        if (++children_total > N) throw AssertErr{"cycle in sibling lists"};
-        if (C.flags & F_ZOMBIE) {
-          if (!(X.flags & F_HEAVY)) throw AssertErr{"zombie under a light parent"};
-          ++nz;
-          continue;
-        }
-        if (C.par != (int32_t)n || C.dep != X.dep + 1) throw AssertErr{"child parent/depth mismatch"};
-        if (!(0 < C.cnt && C.cnt <= X.cnt)) throw AssertErr{"child count out of range"};
-        if (find_child((int32_t)n, C.tok) != c) throw AssertErr{"child not found in the hash table"};
-        sum += C.cnt;
-        ++nlive;
-        kids.push_back(Cont{C.tok, C.cnt, State{c, 0}});
-      }
-      if (X.open && !(X.flags & F_HEAVY) && X.ref_pos != nlive + nz)
-        throw AssertErr{"light node child count " + std::to_string(X.ref_pos) + " != " + std::to_string(nlive)};
-      if (X.flags & F_HEAVY) {
-        ++heavy_seen;
-        if (X.ref_pos < 0 || (size_t)X.ref_pos >= heavy_pool_.size()) throw AssertErr{"heavy node without an entry"};
-        const Heavy& H = heavy_pool_[X.ref_pos];
-        if (entry_used[X.ref_pos]++) throw AssertErr{"heavy entry shared by two nodes"};
-        if (H.sum != sum) throw AssertErr{"heavy sum mismatch"};
-        if ((int64_t)H.zombies != nz) throw AssertErr{"heavy zombie count mismatch"};
-        if (H.nlive != nlive) throw AssertErr{"heavy live-children count mismatch"};
-        std::vector<uint8_t> inbuf(kids.size(), 0);
-        for (int i = 0; i < H.ntop; ++i) {
-          const TopEnt& e = H.top[i];
-          if (i && !ent_before(H.top[i - 1], e)) throw AssertErr{"heavy buffer out of order"};
-          size_t j = 0;
-          while (j < kids.size() && kids[j].next.node != e.node) ++j;
-          if (j == kids.size() || kids[j].cnt != e.cnt || kids[j].tok != e.tok || inbuf[j]++)
-            throw AssertErr{"heavy buffer entry is not a live child"};
-        }
-        for (size_t j = 0; j < kids.size(); ++j)
-          if (!inbuf[j] && kids[j].cnt > H.bound) throw AssertErr{"child outside the buffer above the bound"};
-        std::sort(kids.begin(), kids.end(), cont_before);
-        for (int k = 1; k <= TOPN; ++k) {
-          if (!heavy_exact(H, k)) continue;
-          const int m = (int)std::min<size_t>(k, kids.size());
-          for (int i = 0; i < m; ++i)
-            if (H.top[i].node != kids[i].next.node) throw AssertErr{"heavy top mismatch"};
-        }
-      }
-    }
-    if (zombies != (size_t)zombies_) throw AssertErr{"zombie count mismatch"};
-    if (children_total != (size_t)num_nodes() - 1 + zombies) throw AssertErr{"linked children != live nodes - 1"};
-    if (table_count_ != children_total - zombies) throw AssertErr{"hash table count != live nodes - 1"};
-    if (heavy_seen != heavy_nodes()) throw AssertErr{"heavy entries in use != heavy nodes"};
-    for (uint8_t u : entry_used)
-      if (u != 1) throw AssertErr{"heavy entry leaked or shared"};
+  // Defined in index_checks.h.
+  void check() const;
+
+  // Warm the cache for the next append of `token` to live slot `si` (its window's nodes and
+  // their hash slots), e.g. while another request is being served.
+  void prefetch_append(int32_t si, int32_t token) const {
+    const Seq& S = seqs_[si];
+    if (S.live) prefetch_levels(S.window.data(), token);
   }
+  void prefetch_child_slot(int32_t node, int32_t token) const {
+    __builtin_prefetch(&table_.slots()[table_.home(node, token)]);
+  }
+  // Warm the cache for extending state st by `token`.
+  void prefetch_extend(State st, int32_t token) const {
+    if (!st.valid()) return;
+    const Node& N = nodes_[st.node];
+    if (N.open && st.extra == 0) {
+      __builtin_prefetch(&table_.slots()[table_.home(st.node, token)]);
+    } else {
+      const std::vector<int32_t>& s = seqs_[occ_seq(N)].toks;
+      const int64_t p = (int64_t)occ_pos(N) + st.extra + 1;
+      if (p < (int64_t)s.size()) __builtin_prefetch(s.data() + p);
+    }
+  }
+
+  // Warm the cache for one append: the window's nodes and their hash slots for `token`.
+  void prefetch_levels(const int32_t* w, int32_t token) const {
+    const uint32_t* sl = table_.slots();
+    size_t h[64];
+    int m = 0;
+    for (int k = 0; k < D_; ++k) {
+      const int32_t a = w[k];
+      if (a < 0) continue;
+      __builtin_prefetch(&nodes_[a]);
+      const size_t i = table_.home(a, token);
+      __builtin_prefetch(&sl[i]);
+      if (m < 64) h[m++] = i;
+    }
+    // second stage: the first candidate child of each level
+    for (int j = 0; j < m; ++j) {
+      const uint32_t v = sl[h[j]];
+      if (v) __builtin_prefetch(&nodes_[v]);
+    }
+  }
+
+  inline int32_t find_child(int32_t parent, int32_t token) const { return table_.find(nodes_, parent, token); }
 
  private:
   struct Seq {
@@ -751,32 +576,9 @@ class SuffixIndex {
     bool live = false;
     bool used = false;
   };
-  struct TopEnt {
-    int32_t node, tok, cnt;
-  };
-  // One entry per heavy node; the node's ref_pos holds the entry's index (an open node's ref is
-  // never read by any query, so it is free for this). Two cache lines (128 bytes): the header
-  // and the first four candidates share the first.
-  struct alignas(64) Heavy {
-    int32_t sum = 0;       // sum of live children's counts (exact)
-    int32_t nlive = 0;     // live children (exact)
-    int32_t bound = 0;     // every live child outside top[] has count <= bound
-    uint32_t zombies : 24;  // dead children still linked (private-id mode)
-    uint32_t ntop : 8;
-    Heavy() : zombies(0), ntop(0) {}
-    TopEnt top[TOPN];      // sorted candidates: live children, exact counts
-  };
-  static_assert(sizeof(Heavy) == 128 && offsetof(Heavy, top) == 16, "layout");
-  // top[0..k) are the first k children in continuations() order
-  static bool heavy_exact(const Heavy& H, int k) {
-    if (H.ntop == H.nlive) return true;  // every live child is buffered
-    return k <= H.ntop && H.top[k - 1].cnt > H.bound;
-  }
-  Heavy& heavy_of(int32_t node) { return heavy_pool_[nodes_[node].ref_pos]; }
-  const Heavy& heavy_of(int32_t node) const { return heavy_pool_[nodes_[node].ref_pos]; }
-  static bool ent_before(const TopEnt& a, const TopEnt& b) {
-    return a.cnt != b.cnt ? a.cnt > b.cnt : a.tok < b.tok;
-  }
+
+  Heavy& heavy_of(int32_t node) { return heavy_[heavy_entry(nodes_[node])]; }
+  const Heavy& heavy_of(int32_t node) const { return heavy_[heavy_entry(nodes_[node])]; }
 
   void reset() {
     nodes_.clear();
@@ -784,21 +586,18 @@ class SuffixIndex {
     r.tok = -1;
     r.cnt = 0;
     r.par = -1;
-    r.ref_seq = -1;
-    r.ref_pos = 0;  // open: child count
     r.first_child = -1;
     r.next_sib = -1;
     r.dep = 0;
     r.open = 1;
     r.flags = 0;
+    set_suffix_link(r, -1);
+    set_child_count(r, 0);
     nodes_.push_back(r);
     std::vector<int32_t>().swap(free_);
     zombies_ = 0;
-    std::vector<Heavy>().swap(heavy_pool_);
-    std::vector<int32_t>().swap(heavy_free_);
-    table_count_ = 0;
-    std::vector<uint32_t>(init_slots_, 0u).swap(slots_);
-    set_mask(init_slots_);
+    heavy_.clear();
+    table_.reset(init_slots_);
   }
 
   // Every sequence removed: only the root is left; give the memory back (ids restart).
@@ -823,39 +622,12 @@ class SuffixIndex {
       total += C.cnt;
       scratch_.push_back(Cont{C.tok, C.cnt, State{c, 0}});
     }
-    int32_t e;
-    if (!heavy_free_.empty()) {
-      e = heavy_free_.back();
-      heavy_free_.pop_back();
-    } else {
-      e = (int32_t)heavy_pool_.size();
-      heavy_pool_.emplace_back();
-    }
-    Heavy& H = heavy_pool_[e];
-    H = Heavy{};
-    heavy_fill(H, total);
-    nodes_[node].flags |= F_HEAVY;
-    nodes_[node].ref_pos = e;
+    const int32_t e = heavy_.acquire();
+    heavy_fill(heavy_[e], scratch_, total);
+    set_heavy_entry(nodes_[node], e);
   }
 
-  // H from the live children in scratch_ (sum `total`)
-  void heavy_fill(Heavy& H, int64_t total) {
-    H.sum = (int32_t)total;
-    H.nlive = (int32_t)scratch_.size();
-    const size_t m = std::min<size_t>(TOPN, scratch_.size());
-    if (scratch_.size() > m) {
-      std::nth_element(scratch_.begin(), scratch_.begin() + m, scratch_.end(), cont_before);
-      H.bound = scratch_[m].cnt;  // the best child left out
-      for (size_t i = m + 1; i < scratch_.size(); ++i) H.bound = std::max(H.bound, scratch_[i].cnt);
-    } else {
-      H.bound = 0;
-    }
-    std::sort(scratch_.begin(), scratch_.begin() + m, cont_before);
-    H.ntop = (uint32_t)m;
-    for (size_t i = 0; i < m; ++i) H.top[i] = TopEnt{scratch_[i].next.node, scratch_[i].tok, scratch_[i].cnt};
-  }
-
-  // Recompute the buffer from the children; in private-id mode also unlink and free zombies.
+  // Recompute the buffer from the children; also unlink and free zombies.
   void heavy_rescan(int32_t node, Heavy& H) {
     scratch_.clear();
     int64_t sum = 0;
@@ -874,204 +646,19 @@ class SuffixIndex {
       link = &C.next_sib;
     }
     H.zombies = 0;
-    heavy_fill(H, sum);
+    heavy_fill(H, scratch_, sum);
   }
 
   // child c of heavy node a gained one occurrence (is_new: c was just created with count 1)
   void heavy_child_up(int32_t a, int32_t c, bool is_new) {
-    Heavy& H = heavy_of(a);
-    H.sum += 1;
     const Node& C = nodes_[c];
-    int i = -1;
-    if (is_new) {
-      H.nlive += 1;
-    } else {
-      for (int j = 0; j < H.ntop; ++j)
-        if (H.top[j].node == c) {
-          i = j;
-          break;
-        }
-    }
-    if (i >= 0) {
-      H.top[i].cnt = C.cnt;
-    } else {
-      TopEnt e{c, C.tok, C.cnt};
-      if (H.ntop < TOPN) {
-        i = H.ntop++;
-        H.top[i] = e;
-      } else if (ent_before(e, H.top[TOPN - 1])) {
-        H.bound = std::max(H.bound, H.top[TOPN - 1].cnt);  // pushed out
-        i = TOPN - 1;
-        H.top[i] = e;
-      } else {
-        H.bound = std::max(H.bound, C.cnt);  // an outsider grew
-        return;
-      }
-    }
-    while (i > 0 && ent_before(H.top[i], H.top[i - 1])) {
-      std::swap(H.top[i], H.top[i - 1]);
-      --i;
-    }
+    specdraft::heavy_child_up(heavy_of(a), c, C.tok, C.cnt, is_new);
   }
 
   // child c of heavy node a lost one occurrence (its count is already decremented)
-  void heavy_child_down(int32_t a, int32_t c) {
-    Heavy& H = heavy_of(a);
-    H.sum -= 1;
-    const int32_t cnt = nodes_[c].cnt;
-    if (cnt == 0) H.nlive -= 1;
-    for (int j = 0; j < H.ntop; ++j)
-      if (H.top[j].node == c) {
-        if (cnt == 0) {  // dead: leaves the buffer
-          for (int t = j + 1; t < H.ntop; ++t) H.top[t - 1] = H.top[t];
-          H.ntop -= 1;
-          return;
-        }
-        H.top[j].cnt = cnt;
-        while (j + 1 < H.ntop && ent_before(H.top[j + 1], H.top[j])) {
-          std::swap(H.top[j], H.top[j + 1]);
-          ++j;
-        }
-        return;
-      }
-  }
+  void heavy_child_down(int32_t a, int32_t c) { specdraft::heavy_child_down(heavy_of(a), c, nodes_[c].cnt); }
 
-  void heavy_release(int32_t node) {
-    Node& X = nodes_[node];
-    const int32_t e = X.ref_pos;
-    heavy_free_.push_back(e);
-    X.flags &= (uint8_t)~F_HEAVY;
-    X.ref_pos = -1;
-  }
-
- public:
-  // Warm the cache for the next append of `token` to live slot `si` (its window's nodes and
-  // their hash slots), e.g. while another request is being served.
-  void prefetch_append(int32_t si, int32_t token) const {
-    const Seq& S = seqs_[si];
-    if (S.live) prefetch_levels(S.window.data(), token);
-  }
-  void prefetch_child_slot(int32_t node, int32_t token) const { __builtin_prefetch(&slots_[home(node, token)]); }
-  // Warm the cache for extending state st by `token`.
-  void prefetch_extend(State st, int32_t token) const {
-    if (!st.valid()) return;
-    const Node& N = nodes_[st.node];
-    if (N.open && st.extra == 0) {
-      __builtin_prefetch(&slots_[home(st.node, token)]);
-    } else {
-      const std::vector<int32_t>& s = seqs_[N.ref_seq].toks;
-      const int64_t p = (int64_t)N.ref_pos + st.extra + 1;
-      if (p < (int64_t)s.size()) __builtin_prefetch(s.data() + p);
-    }
-  }
-
-  // Warm the cache for one append: the window's nodes and their hash slots for `token`.
-  void prefetch_levels(const int32_t* w, int32_t token) const {
-    const uint32_t* sl = slots_.data();
-    size_t h[64];
-    int m = 0;
-    for (int k = 0; k < D_; ++k) {
-      const int32_t a = w[k];
-      if (a < 0) continue;
-      __builtin_prefetch(&nodes_[a]);
-      const size_t i = home(a, token);
-      __builtin_prefetch(&sl[i]);
-      if (m < 64) h[m++] = i;
-    }
-    // second stage: the first candidate child of each level
-    for (int j = 0; j < m; ++j) {
-      const uint32_t v = sl[h[j]];
-      if (v) __builtin_prefetch(&nodes_[v]);
-    }
-  }
-
-
- private:
-  // --------------------------------------------------------------------------- hash table
-  void set_mask(size_t cap) {
-    mask_ = cap - 1;
-    int bits = 0;
-    while (((size_t)1 << bits) < cap) ++bits;
-    shift_ = 64 - bits;
-  }
-  static size_t table_capacity_for(size_t live) {
-    size_t need = live * 2 + 2;
-    size_t cap = 16;
-    while (cap < need) cap <<= 1;
-    return cap;
-  }
-  inline size_t home(int32_t parent, int32_t token) const {
-    uint64_t key = ((uint64_t)(uint32_t)parent << 32) | (uint32_t)token;
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> shift_);
-  }
-
- public:
-  inline int32_t find_child(int32_t parent, int32_t token) const {
-    SD_COUNT(C_FIND, 1);
-    size_t i = home(parent, token);
-    const uint32_t* sl = slots_.data();
-    for (;;) {
-      const uint32_t v = sl[i];
-      if (v == 0) return -1;
-      const Node& C = nodes_[v];
-      if (C.tok == token && C.par == parent) return (int32_t)v;
-      SD_COUNT(C_PROBES, 1);
-      i = (i + 1) & mask_;
-    }
-  }
-
- private:
-  void table_insert(int32_t v) {
-    if ((table_count_ + 1) * 2 > slots_.size()) {
-      rebuild_table(slots_.size() * 2);  // scans the node array, which already holds v
-      return;
-    }
-    size_t i = home(nodes_[v].par, nodes_[v].tok);
-    uint32_t* sl = slots_.data();
-    while (sl[i] != 0) i = (i + 1) & mask_;
-    sl[i] = (uint32_t)v;
-    ++table_count_;
-  }
-
-  void table_erase(int32_t v) {
-    size_t i = home(nodes_[v].par, nodes_[v].tok);
-    uint32_t* sl = slots_.data();
-    while (sl[i] != (uint32_t)v) {
-      if (sl[i] == 0) throw AssertErr{"hash table: erasing a missing child"};
-      i = (i + 1) & mask_;
-    }
-    size_t j = i;
-    for (;;) {
-      j = (j + 1) & mask_;
-      const uint32_t w = sl[j];
-      if (w == 0) break;
-      const size_t k = home(nodes_[w].par, nodes_[w].tok);
-      // w may move to the hole at i unless its home lies cyclically in (i, j]
-      const bool stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
-      if (!stays) {
-        sl[i] = w;
-        i = j;
-      }
-    }
-    sl[i] = 0;
-    --table_count_;
-  }
-
-  void rebuild_table(size_t cap) {
-    std::vector<uint32_t>(cap, 0u).swap(slots_);
-    set_mask(cap);
-    table_count_ = 0;
-    uint32_t* sl = slots_.data();
-    const size_t N = nodes_.size();
-    for (size_t v = 1; v < N; ++v) {
-      const Node& X = nodes_[v];
-      if (X.par < 0 || (X.flags & F_ZOMBIE)) continue;  // free or zombie
-      size_t i = home(X.par, X.tok);
-      while (sl[i] != 0) i = (i + 1) & mask_;
-      sl[i] = (uint32_t)v;
-      ++table_count_;
-    }
-  }
+  void heavy_release(int32_t node) { heavy_.release(take_heavy_entry(nodes_[node])); }
 
   // --------------------------------------------------------------------------------- nodes
   int32_t new_node(int32_t token, int32_t parent, int32_t si, int32_t pos) {
@@ -1089,33 +676,32 @@ class SuffixIndex {
     X.tok = token;
     X.cnt = 1;
     X.par = parent;
-    X.ref_seq = si;
-    X.ref_pos = pos;
     X.first_child = -1;
     X.dep = d;
     X.open = 0;
     X.flags = 0;
+    set_occurrence(X, si, pos);
     Node& P = nodes_[parent];
     X.next_sib = P.first_child;
     P.first_child = n;
-    if (!(P.flags & F_HEAVY)) P.ref_pos += 1;  // light node: child count
-    table_insert(n);
+    if (!is_heavy(P)) set_child_count(P, child_count(P) + 1);
+    table_.insert(nodes_, n);
     return n;
   }
 
   // Python _open: second occurrence of a closed node; `link` is its suffix node
   void open_node(int32_t node, int32_t cur_seq, int32_t cur_pos, int32_t link) {
     Node& X = nodes_[node];
-    const int32_t rs = X.ref_seq;
-    const int64_t rp = (int64_t)X.ref_pos + 1;
+    const int32_t rs = occ_seq(X);
+    const int64_t rp = (int64_t)occ_pos(X) + 1;
     X.open = 1;
-    X.ref_seq = link;
-    X.ref_pos = 0;  // no children yet
+    set_suffix_link(X, link);
+    set_child_count(X, 0);  // no children yet
     if (X.dep >= D_) return;
     const std::vector<int32_t>& s = seqs_[rs].toks;
     if (rp >= (int64_t)s.size() || (rs == cur_seq && rp >= cur_pos)) return;
     const int32_t child = new_node(s[rp], node, rs, (int32_t)rp);
-    if (nodes_[node].ref_pos > heavy_threshold()) heavy_promote(node);  // threshold 0 (tests)
+    if (child_count(nodes_[node]) > heavy_threshold()) heavy_promote(node);  // threshold 0 (tests)
     if (rp == (int64_t)s.size() - 1) {
       Seq& R = seqs_[rs];
       const int cd = nodes_[child].dep;
@@ -1126,11 +712,10 @@ class SuffixIndex {
   // Put a dead (unlinked, out of the hash table) node on the free list, Python's free state.
   void release_node(int32_t c) {
     Node& X = nodes_[c];
-    if (X.flags & F_HEAVY) heavy_release(c);
+    if (is_heavy(X)) heavy_release(c);
     X.tok = -1;
     X.par = -1;
-    X.ref_seq = -1;
-    X.ref_pos = -1;
+    clear_refs(X);
     X.first_child = -1;
     X.next_sib = -1;
     X.open = 0;
@@ -1141,17 +726,17 @@ class SuffixIndex {
 
   void free_dead(std::vector<int32_t>& dead) {
     if (dead.empty()) return;
-    for (int32_t c : dead) table_erase(c);
+    for (int32_t c : dead) table_.erase(nodes_, c);
     // Dead children of live parents must leave their parent's list. Light parents: one filtering
-    // pass each. Heavy parents in private-id mode: the child stays linked as a zombie until
-    // zombies make up a quarter of the list, then one pass unlinks them all.
+    // pass each. Heavy parents: the child stays linked as a zombie until zombies make up a
+    // quarter of the list, then one pass unlinks them all.
     std::vector<int32_t> parents;
     heavy_touched_.clear();
     for (int32_t c : dead) {
       const int32_t p = nodes_[c].par;
       Node& P = nodes_[p];
       if (!(p == kRoot || P.cnt > 0)) continue;  // the parent dies too
-      if (private_ids_ && (P.flags & F_HEAVY)) {
+      if (is_heavy(P)) {
         Node& C = nodes_[c];
         C.flags |= F_ZOMBIE;
         zombies_ += 1;
@@ -1168,11 +753,11 @@ class SuffixIndex {
         parents.push_back(p);
       }
     }
-    for (int32_t p : parents) {
+    for (int32_t p : parents) {  // light parents
       Node& P = nodes_[p];
       P.flags &= (uint8_t)~F_MARK;
       int32_t* link = &P.first_child;
-      int64_t kept = 0;
+      int32_t kept = 0;
       while (*link >= 0) {
         Node& C = nodes_[*link];
         if (C.cnt == 0) {
@@ -1182,16 +767,13 @@ class SuffixIndex {
           ++kept;
         }
       }
-      if (P.flags & F_HEAVY)
-        heavy_of(p).nlive = (int32_t)kept;  // exact-id mode, heavy parent
-      else
-        P.ref_pos = (int32_t)kept;
+      set_child_count(P, kept);
     }
     // a dead heavy node may still hold zombies from earlier evictions: free them (its list is
     // intact until the loop below)
     for (int32_t c : dead) {
       const Node& X = nodes_[c];
-      if (!(X.flags & F_HEAVY) || heavy_of(c).zombies == 0) continue;
+      if (!is_heavy(X) || heavy_of(c).zombies == 0) continue;
       for (int32_t k = X.first_child; k >= 0;) {
         const int32_t next = nodes_[k].next_sib;
         if (nodes_[k].flags & F_ZOMBIE) {
@@ -1202,14 +784,10 @@ class SuffixIndex {
       }
       heavy_of(c).zombies = 0;
     }
-    // free deepest first, stable (the Python twin's order), so the LIFO free list matches
-    if (!private_ids_)
-      std::stable_sort(dead.begin(), dead.end(),
-                       [this](int32_t a, int32_t b) { return nodes_[a].dep > nodes_[b].dep; });
     for (int32_t c : dead) {
       Node& X = nodes_[c];
       if (X.flags & F_ZOMBIE) {
-        if (X.flags & F_HEAVY) heavy_release(c);
+        if (is_heavy(X)) heavy_release(c);
         X.first_child = -1;  // its own children are dead and freed with this batch
         X.open = 0;
         continue;
@@ -1226,20 +804,15 @@ class SuffixIndex {
   }
 
   int D_;
-  bool private_ids_;
   uint32_t init_slots_;
   NodeStore nodes_;
   std::vector<int32_t> free_;
   int64_t zombies_ = 0;
-  std::vector<uint32_t> slots_;
-  size_t mask_ = 0;
-  int shift_ = 64;
-  size_t table_count_ = 0;
+  ChildTable table_;
   std::vector<Seq> seqs_;
   std::vector<int32_t> free_seqs_;
   std::unordered_map<int64_t, int32_t> ids_;
-  std::vector<Heavy> heavy_pool_;
-  std::vector<int32_t> heavy_free_;
+  HeavyPool heavy_;
   std::vector<Cont> scratch_;
   std::vector<int32_t> heavy_touched_;
   int64_t num_tokens_ = 0;
@@ -1247,3 +820,5 @@ class SuffixIndex {
 };
 
 }  // namespace specdraft
+
+#include "index_checks.h"  // SuffixIndex::check()

@@ -1,0 +1,127 @@
+// The trie's child lookup (part of the native suffix index, suffix_index.h).
+//
+//  * ONE open-addressing hash table for the whole trie, keyed by (parent, token), Fibonacci
+//    hashing, linear probing, power-of-two capacity, load <= 1/2, backward-shift deletion (no
+//    tombstones). A slot holds only the child id (4 bytes, 0: empty; the root is never a child);
+//    the key is read back from the child's record, which a successful lookup reads anyway.
+//  * Children of a node are also chained through first_child / next_sib (node_store.h) so
+//    continuations can be enumerated; this table only answers "which child has this token".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "index_errors.h"
+#include "node_store.h"
+
+namespace specdraft {
+
+class ChildTable {
+ public:
+  // Empty table of `cap` slots (a power of two).
+  void reset(size_t cap) {
+    std::vector<uint32_t>(cap, 0u).swap(slots_);
+    set_mask(cap);
+    count_ = 0;
+  }
+
+  static size_t capacity_for(size_t live) {
+    size_t need = live * 2 + 2;
+    size_t cap = 16;
+    while (cap < need) cap <<= 1;
+    return cap;
+  }
+
+  inline size_t home(int32_t parent, int32_t token) const {
+    uint64_t key = ((uint64_t)(uint32_t)parent << 32) | (uint32_t)token;
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  const uint32_t* slots() const { return slots_.data(); }  // for prefetching: slots()[home(p, t)]
+
+  // The child of `parent` with token `token`, or -1.
+  inline int32_t find(const NodeStore& nodes, int32_t parent, int32_t token) const {
+    SD_COUNT(C_FIND, 1);
+    size_t i = home(parent, token);
+    const uint32_t* sl = slots_.data();
+    for (;;) {
+      const uint32_t v = sl[i];
+      if (v == 0) return -1;
+      const Node& C = nodes[v];
+      if (C.tok == token && C.par == parent) return (int32_t)v;
+      SD_COUNT(C_PROBES, 1);
+      i = (i + 1) & mask_;
+    }
+  }
+
+  // Add node v (its par and tok are set) under its key.
+  void insert(const NodeStore& nodes, int32_t v) {
+    if ((count_ + 1) * 2 > slots_.size()) {
+      rebuild(nodes, slots_.size() * 2);  // scans the node array, which already holds v
+      return;
+    }
+    size_t i = home(nodes[v].par, nodes[v].tok);
+    uint32_t* sl = slots_.data();
+    while (sl[i] != 0) i = (i + 1) & mask_;
+    sl[i] = (uint32_t)v;
+    ++count_;
+  }
+
+  void erase(const NodeStore& nodes, int32_t v) {
+    size_t i = home(nodes[v].par, nodes[v].tok);
+    uint32_t* sl = slots_.data();
+    while (sl[i] != (uint32_t)v) {
+      if (sl[i] == 0) throw AssertErr{"hash table: erasing a missing child"};
+      i = (i + 1) & mask_;
+    }
+    size_t j = i;
+    for (;;) {
+      j = (j + 1) & mask_;
+      const uint32_t w = sl[j];
+      if (w == 0) break;
+      const size_t k = home(nodes[w].par, nodes[w].tok);
+      // w may move to the hole at i unless its home lies cyclically in (i, j]
+      const bool stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
+      if (!stays) {
+        sl[i] = w;
+        i = j;
+      }
+    }
+    sl[i] = 0;
+    --count_;
+  }
+
+  // `cap` slots holding every linked node of `nodes` (free nodes and zombies left out).
+  void rebuild(const NodeStore& nodes, size_t cap) {
+    reset(cap);
+    uint32_t* sl = slots_.data();
+    const size_t N = nodes.size();
+    for (size_t v = 1; v < N; ++v) {
+      const Node& X = nodes[v];
+      if (X.par < 0 || (X.flags & F_ZOMBIE)) continue;  // free or zombie
+      size_t i = home(X.par, X.tok);
+      while (sl[i] != 0) i = (i + 1) & mask_;
+      sl[i] = (uint32_t)v;
+      ++count_;
+    }
+  }
+
+  size_t slot_count() const { return slots_.size(); }
+  size_t count() const { return count_; }
+  size_t memory_bytes() const { return slots_.capacity() * sizeof(uint32_t); }
+
+ private:
+  void set_mask(size_t cap) {
+    mask_ = cap - 1;
+    int bits = 0;
+    while (((size_t)1 << bits) < cap) ++bits;
+    shift_ = 64 - bits;
+  }
+
+  std::vector<uint32_t> slots_;
+  size_t mask_ = 0;
+  int shift_ = 64;
+  size_t count_ = 0;
+};
+
+}  // namespace specdraft
