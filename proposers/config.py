@@ -42,7 +42,7 @@ class DrafterConfig:
     request_decay: float = 0.9         # weight kept by old evidence at each new observation
     idle_decay: float = 0.9            # evidence kept per step a request does not draft
     min_gain: float = 0.1              # never draft a node less likely than this to be accepted
-    max_waste: float = 3.0             # stop a chain once its expected rejected nodes pass this
+    max_waste: float = 4.0             # stop a chain once its expected rejected nodes pass this
     match_prior: float = 2.0           # per-request acceptance by matched length: pseudo-
     #                                    observations behind each bucket (0: one factor per request)
     native: Any = "auto"               # use the C++ index: "auto", True, False

@@ -52,7 +52,7 @@ taken only while the expected number of its rejected nodes, ``sum(1 - gain)``, s
 their alternatives are there to be rejected, and the cost curve prices them. What the cap buys
 on recorded traces is in benchmarks/results/chain-drafts/summary.md and, with the calibration by
 match length, benchmarks/results/match-calibration/summary.md (each step down of the cap trades
-drafted tokens per accepted token against tokens per pass; 3 was chosen on half the traces).
+drafted tokens per accepted token against tokens per pass; 4 was chosen on half the traces).
 
 Verification cost
 -----------------
@@ -282,7 +282,7 @@ class _RequestEvidence:
 class DraftLengthController:
     def __init__(self, cost_model: CostModel | None = None, calibration_prior: float = 8.0,
                  request_prior: float = 1.0, request_decay: float = 0.9, idle_decay: float = 0.9,
-                 min_gain: float = 0.1, max_waste: float = 3.0, match_prior: float = 2.0):
+                 min_gain: float = 0.1, max_waste: float = 4.0, match_prior: float = 2.0):
         self.cost_model = cost_model or CostModel()
         self.match_prior = match_prior
         self.min_gain = min_gain

@@ -121,7 +121,7 @@ struct ControllerParams {
   double request_decay = 0.9;
   double idle_decay = 0.9;
   double min_gain = 0.1;
-  double max_waste = 3.0;
+  double max_waste = 4.0;
   double match_prior = 2.0;
 };
 

@@ -721,7 +721,7 @@ PYBIND11_MODULE(_suffix_native, m) {
            },
            py::arg("curve"), py::arg("cost_prior") = 4.0, py::arg("calibration_prior") = 8.0,
            py::arg("request_prior") = 1.0, py::arg("request_decay") = 0.9, py::arg("idle_decay") = 0.9,
-           py::arg("min_gain") = 0.1, py::arg("cost_params") = py::none(), py::arg("max_waste") = 3.0,
+           py::arg("min_gain") = 0.1, py::arg("cost_params") = py::none(), py::arg("max_waste") = 4.0,
            py::arg("match_prior") = 2.0,
            "Attach the native draft-length controller (twin of DraftLengthController): a cost curve "
            "[(tokens, cost), ...] and/or the seven GPU cost parameters.")
