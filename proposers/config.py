@@ -42,7 +42,9 @@ class DrafterConfig:
     request_decay: float = 0.9         # weight kept by old evidence at each new observation
     idle_decay: float = 0.9            # evidence kept per step a request does not draft
     min_gain: float = 0.1              # never draft a node less likely than this to be accepted
-    max_waste: float = 8.0             # stop a chain once its expected rejected nodes pass this
+    max_waste: float = 4.0             # stop a chain once its expected rejected nodes pass this
+    match_prior: float = 2.0           # per-request acceptance by matched length: pseudo-
+    #                                    observations behind each bucket (0: one factor per request)
     native: Any = "auto"               # use the C++ index: "auto", True, False
     shared_cache: Any = None           # {"name": ..., "tokens": N}: one cache for all replicas
     #                                    (a Ray actor; see specdraft.proposers.shared_cache)
@@ -129,6 +131,8 @@ class DrafterConfig:
         need(is_num(self.min_gain) and 0.0 <= self.min_gain < 1.0, "min_gain", "a number in [0, 1)")
         need(is_num(self.max_waste) and self.max_waste > 0, "max_waste",
              "a number > 0 (expected rejected draft nodes per request and step)")
+        need(is_num(self.match_prior) and self.match_prior >= 0, "match_prior",
+             "a number >= 0 (0: one acceptance factor per request)")
         need(self.native in ("auto", True, False), "native", "'auto', true or false")
 
 

@@ -86,7 +86,7 @@ class NativeController:
         params, points = cost_spec(cfg.cost_model)
         core.set_controller(points, 4.0, cfg.calibration_prior, cfg.request_prior,
                             cfg.request_decay, cfg.idle_decay, cfg.min_gain, params,
-                            cfg.max_waste)
+                            cfg.max_waste, cfg.match_prior)
         self._core = core
         self.cost_model = _NativeCostModel(core)
 
@@ -96,16 +96,17 @@ class NativeController:
     def forget(self, key) -> None:
         self._core.ctl_forget(key)
 
-    def choose(self, keys, drafts, contexts=None, batch=None) -> list[int]:
+    def choose(self, keys, drafts, contexts=None, batch=None, match_lens=None) -> list[int]:
         return self._core.ctl_choose(list(keys), [(list(pa), list(pr)) for pa, pr in drafts],
                                      None if contexts is None else [int(c) for c in contexts],
-                                     None if batch is None else tuple(batch))
+                                     None if batch is None else tuple(batch),
+                                     None if match_lens is None else [int(m) for m in match_lens])
 
-    def sent(self, key, probs) -> None:
-        self._core.ctl_sent(key, list(probs) if probs else [])
+    def sent(self, key, probs, match_len: int = 0) -> None:
+        self._core.ctl_sent(key, list(probs) if probs else [], int(match_len))
 
-    def path_gains(self, key, parents, probs) -> list[float]:
-        return self._core.ctl_path_gains(key, list(parents), list(probs))
+    def path_gains(self, key, parents, probs, match_len: int = 0) -> list[float]:
+        return self._core.ctl_path_gains(key, list(parents), list(probs), int(match_len))
 
     def calibrated(self, p: float) -> float:
         return self._core.ctl_calibrated(p)
@@ -169,7 +170,7 @@ class SpecDrafter:
         else:
             self.controller = DraftLengthController(
                 CostModel(cfg.cost_model), cfg.calibration_prior, cfg.request_prior,
-                cfg.request_decay, cfg.idle_decay, cfg.min_gain, cfg.max_waste)
+                cfg.request_decay, cfg.idle_decay, cfg.min_gain, cfg.max_waste, cfg.match_prior)
         self._tree = cfg.strategy == "tree"
         self._handles: dict[object, int] = {}
         self._next_handle = 0
@@ -292,10 +293,12 @@ class SpecDrafter:
                 trees.append(t)
             if self.controller is not None:
                 counts = self.controller.choose(handles, [(t.parents, t.probs) for t in trees],
-                                                [self.core.num_tokens(h) for h in handles], batch)
+                                                [self.core.num_tokens(h) for h in handles], batch,
+                                                [t.match_len for t in trees])
                 trees = [t.truncate(k) for t, k in zip(trees, counts)]
                 for h, t in zip(handles, trees):
-                    self.controller.sent(h, t.best_path().probs if not t.is_chain() else t.probs)
+                    self.controller.sent(h, t.best_path().probs if not t.is_chain() else t.probs,
+                                         t.match_len)
             st = self._stats
             for t in trees:
                 if len(t):
@@ -490,7 +493,8 @@ class SpecDrafter:
             trees.append(t)
         if ctl is not None:  # the pass holds every row, drafting or not
             batch = (len(handles), float(int(num_tokens.sum())), float(int(num_tokens.max(initial=0))))
-            counts = ctl.choose(keys, [(t.parents, t.probs) for t in trees], batch=batch)
+            counts = ctl.choose(keys, [(t.parents, t.probs) for t in trees], batch=batch,
+                                match_lens=[t.match_len for t in trees])
         else:
             counts = [len(t) for t in trees]
         lengths = np.zeros(len(handles), dtype=np.int32)
@@ -498,7 +502,7 @@ class SpecDrafter:
         for h, j, t, k in zip(keys, rows, trees, counts):
             t = t.truncate(k)
             if ctl is not None:
-                ctl.sent(h, t.probs)
+                ctl.sent(h, t.probs, t.match_len)
             out.extend(t.token_ids)
             lengths[j] = len(t)
         return (np.array(out, dtype=np.int32), lengths,

@@ -63,7 +63,7 @@ def _chain(p: float, n: int = 16):
 def test_large_batches_draft_less_per_request(preset):
     per_request = {}
     for B in (1, 16, 64, 256):
-        c = DraftLengthController(CostModel(preset))
+        c = DraftLengthController(CostModel(preset), max_waste=64.0)  # the cost model alone
         ks = c.choose(list(range(B)), [_chain(0.8)] * B, [2048] * B)
         per_request[B] = sum(ks) / B
     assert per_request[1] >= per_request[16] >= per_request[64] >= per_request[256]
@@ -71,7 +71,7 @@ def test_large_batches_draft_less_per_request(preset):
 
 
 def test_rows_that_may_not_draft_still_make_the_pass_dearer():
-    c = DraftLengthController(CostModel("medium"))
+    c = DraftLengthController(CostModel("medium"), max_waste=64.0)  # the cost model alone
     alone = c.choose([0], [_chain(0.8)], [2048])
     crowded = c.choose([0], [_chain(0.8)], batch=(256, 256 * 2048.0, 2048.0))
     assert crowded[0] < alone[0]

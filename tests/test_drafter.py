@@ -105,7 +105,7 @@ def test_controller_drafts_nothing_when_compute_bound():
 
 
 def test_controller_stops_a_failing_request_until_evidence_returns():
-    c = DraftLengthController(CostModel("cpu-bf16"))
+    c = DraftLengthController(CostModel("cpu-bf16"), max_waste=64.0)
     draft = (list(range(-1, 7)), [0.8] * 8)
     assert c.choose(["r"], [draft]) == [8]
     for _ in range(10):  # every draft rejected at the first token
@@ -232,3 +232,26 @@ def test_memory_returns_to_baseline(native):
         assert grown < base // 4, (base, grown)     # a node leak would add ~50 KB per burst
     else:
         assert grown < 2_000_000, grown
+
+
+def test_controller_learns_per_request_which_match_lengths_hold():
+    # one request whose drafts after a short match always fail and after a long match always
+    # hold (chat that quotes a long passage now and then): with calibration by match length it
+    # expects little of a draft after a short match and much after a long one, and drafts
+    # accordingly; one factor per request cannot tell them apart
+    draft = (list(range(-1, 7)), [0.8] * 8)
+
+    def trained(match_prior):
+        c = DraftLengthController(CostModel("medium"), max_waste=4.0, match_prior=match_prior)
+        for _ in range(12):
+            for m, ok in ((1, False), (20, True)):
+                (k,) = c.choose(["r"], [draft], match_lens=[m])
+                c.sent("r", draft[1][:max(k, 1)], m)
+                c.observe("r", max(k, 1) if ok else 0)
+        gains = [c.path_gains("r", *draft, m)[0] for m in (1, 20)]
+        return gains, [c.choose(["r"], [draft], match_lens=[m])[0] for m in (1, 20)]
+
+    (g_short, g_long), (short, long) = trained(2.0)
+    (f_short, f_long), (flat_short, flat_long) = trained(0.0)
+    assert g_short < 0.3 < 0.9 < g_long and f_short == f_long
+    assert short < flat_short == flat_long <= long == 8

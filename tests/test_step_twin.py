@@ -58,17 +58,22 @@ def _random_batch(rng: random.Random, batch: list):
 @SETTINGS
 @given(seed=st.integers(0, 2**32 - 1), model=st.sampled_from(sorted(COST_MODELS) + sorted(CUSTOM)),
        min_gain=st.sampled_from([0.0, 0.1, 0.4]), max_waste=st.sampled_from([0.3, 2.0, 64.0]),
-       chain=st.booleans())
+       chain=st.booleans(), match_prior=st.sampled_from([0.0, 0.5, 2.0]))
 def test_native_controller_chooses_what_the_python_controller_chooses(seed, model, min_gain,
-                                                                      max_waste, chain):
+                                                                      max_waste, chain, match_prior):
     rng = random.Random(seed)
     spec = CUSTOM.get(model, model)
     params, points = cost_spec(spec)
     py = DraftLengthController(CostModel(spec), calibration_prior=rng.choice([1.0, 8.0]),
                                request_prior=1.0, request_decay=0.9, idle_decay=0.8,
-                               min_gain=min_gain, max_waste=max_waste)
+                               min_gain=min_gain, max_waste=max_waste, match_prior=match_prior)
     core = native.SuffixCore(max_depth=4)
-    core.set_controller(points, 4.0, py.calibration_prior, 1.0, 0.9, 0.8, min_gain, params, max_waste)
+    core.set_controller(points, 4.0, py.calibration_prior, 1.0, 0.9, 0.8, min_gain, params, max_waste,
+                        match_prior)
+
+    def match_len():
+        return rng.choice([0, 1, 2, 3, 5, 9, 17, 24, rng.randint(0, 40)])
+
     keys = list(range(6))
     shapes = [(1, 0.0, None), (8, 8 * 2048.0, None), (64, 64 * 3000.0, 8192.0), (3, 100.0, 90.0)]
     for _ in range(40):
@@ -77,12 +82,15 @@ def test_native_controller_chooses_what_the_python_controller_chooses(seed, mode
             batch = rng.sample(keys, rng.randint(0, len(keys)))
             drafts = [_random_tree(rng, rng.randint(0, 12), chain) for _ in batch]
             told = _random_batch(rng, batch)
+            if rng.random() < 0.7:
+                told["match_lens"] = [match_len() for _ in batch]
             want = py.choose(batch, drafts, **told)
             assert core.ctl_choose(batch, drafts, **told) == want
-            for k, (parents, probs), n in zip(batch, drafts, want):
+            for i, (k, (parents, probs), n) in enumerate(zip(batch, drafts, want)):
                 sent = probs[:n]
-                py.sent(k, sent)
-                core.ctl_sent(k, sent)
+                m = told["match_lens"][i] if "match_lens" in told else 0
+                py.sent(k, sent, m)
+                core.ctl_sent(k, sent, m)
         elif op < 0.8:
             k, a = rng.choice(keys), rng.randint(-1, 14)
             py.observe(k, a)
@@ -112,6 +120,8 @@ def test_native_controller_chooses_what_the_python_controller_chooses(seed, mode
         parents, probs = _random_tree(rng, 8, chain)
         k = rng.choice(keys)
         assert core.ctl_path_gains(k, parents, probs) == py.path_gains(k, parents, probs)
+        m = match_len()
+        assert core.ctl_path_gains(k, parents, probs, m) == py.path_gains(k, parents, probs, m)
     assert core.ctl_chosen_lengths() == py.chosen_lengths
 
 

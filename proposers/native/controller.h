@@ -18,6 +18,17 @@ namespace specdraft {
 
 constexpr int kNumBins = 20;
 constexpr double kMaxProb = 0.995;
+constexpr int kNumMatch = 5;  // match-length buckets: 0-1, 2-3, 4-7, 8-15, 16+ tokens
+
+// Bucket of a node's matched context length (root match + the node's depth).
+inline int match_bucket(int64_t m) {
+  int b = 0;
+  while (m > 1 && b < kNumMatch - 1) {
+    m >>= 1;
+    b += 1;
+  }
+  return b;
+}
 
 // The parameters of the GPU cost model (proposers/controller.py, PARAMS order); all zero for a
 // curve in tokens only.
@@ -110,7 +121,8 @@ struct ControllerParams {
   double request_decay = 0.9;
   double idle_decay = 0.9;
   double min_gain = 0.1;
-  double max_waste = 8.0;
+  double max_waste = 4.0;
+  double match_prior = 2.0;
 };
 
 class DraftLengthController {
@@ -149,27 +161,47 @@ class DraftLengthController {
     const int64_t n = (int64_t)ev.sent_probs.size();
     const int64_t a = std::max<int64_t>(0, std::min<int64_t>(num_accepted, n));
     double expected = 0.0;
+    const double d = params_.request_decay;
     for (int64_t i = 0; i < std::min<int64_t>(a + 1, n); ++i) {
       const int b = bin(ev.sent_probs[(size_t)i]);
       update_bin(b, i < a);
       expected += calibrated_[b];
+      if (params_.match_prior > 0) {
+        const int m = match_bucket(ev.sent_match + i);
+        ev.m_acc[m] = d * ev.m_acc[m] + (i < a ? 1.0 : 0.0);
+        ev.m_exp[m] = d * ev.m_exp[m] + calibrated_[b];
+      }
     }
-    const double d = params_.request_decay;
     ev.accepted = d * ev.accepted + (double)a;
     ev.expected = d * ev.expected + expected;
   }
 
   // Calibrated path acceptance probability of each node, made non-increasing.
+  // `match_len`: the draft's root match length (a node's matched context adds its depth).
   void path_gains(int64_t key, const int32_t* parents, const double* probs, size_t n,
-                  std::vector<double>& out) const {
+                  int64_t match_len, std::vector<double>& out) {
     const double f = request_factor(key);
+    double fm[kNumMatch];
+    bool by_match = false;
+    if (params_.match_prior > 0) {
+      auto it = requests_.find(key);
+      if (it != requests_.end()) {
+        const double mp = params_.match_prior;
+        for (int m = 0; m < kNumMatch; ++m)
+          fm[m] = (it->second.m_acc[m] + mp * f) / (it->second.m_exp[m] + mp);
+        by_match = true;
+      }
+    }
     out.clear();
+    depth_.clear();
     double run = 1.0;
     for (size_t i = 0; i < n; ++i) {
       const int b = (int)(probs[i] * kNumBins);
-      double q = calibrated_[b < kNumBins ? b : kNumBins - 1] * f;
-      if (q > kMaxProb) q = kMaxProb;
       const int32_t par = parents[i];
+      const int64_t dep = par >= 0 ? depth_[(size_t)par] + 1 : 0;
+      depth_.push_back(dep);
+      double q = calibrated_[b < kNumBins ? b : kNumBins - 1] * (by_match ? fm[match_bucket(match_len + dep)] : f);
+      if (q > kMaxProb) q = kMaxProb;
       const double g = par >= 0 ? q * out[(size_t)par] : q;
       if (g < run) run = g;
       out.push_back(run);
@@ -178,13 +210,16 @@ class DraftLengthController {
 
   // Number of nodes to keep from each of `num` drafts: draft r has nodes
   // [offsets[r], offsets[r + 1]) of parents/probs (node order, parents local to the draft).
-  // `batch` is the whole pass these drafts join (every row of the step, drafting or not).
+  // `batch` is the whole pass these drafts join (every row of the step, drafting or not);
+  // `match_lens`: each draft's root match length (nullptr: 0).
   void choose(const int64_t* keys, size_t num, const int32_t* parents, const double* probs,
-              const int64_t* offsets, const BatchShape& batch, int64_t* counts) {
+              const int64_t* offsets, const BatchShape& batch, int64_t* counts,
+              const int64_t* match_lens = nullptr) {
     gains_.clear();
     for (size_t r = 0; r < num; ++r) {
       const int64_t a = offsets[r], b = offsets[r + 1];
-      path_gains(keys[r], parents + a, probs + a, (size_t)(b - a), scratch_);
+      path_gains(keys[r], parents + a, probs + a, (size_t)(b - a), match_lens ? match_lens[r] : 0,
+                 scratch_);
       // chains only: a tree's alternatives are there to be rejected
       bool chain = true;
       for (int64_t i = a; i < b && chain; ++i) chain = parents[i] == (int32_t)(i - a - 1);
@@ -220,16 +255,21 @@ class DraftLengthController {
         if (it != requests_.end()) {
           it->second.accepted *= params_.idle_decay;
           it->second.expected *= params_.idle_decay;
+          for (int m = 0; m < kNumMatch; ++m) {
+            it->second.m_acc[m] *= params_.idle_decay;
+            it->second.m_exp[m] *= params_.idle_decay;
+          }
         }
       }
     }
   }
 
   // Record the raw probabilities of the chain actually sent (for observe).
-  void sent(int64_t key, const double* probs, size_t n) {
+  void sent(int64_t key, const double* probs, size_t n, int64_t match_len = 0) {
     Evidence& ev = requests_[key];
     ev.sent_probs.assign(probs, probs + n);
     ev.has_sent = n > 0;
+    ev.sent_match = match_len;
   }
 
  private:
@@ -238,6 +278,9 @@ class DraftLengthController {
     double expected = 0.0;
     std::vector<double> sent_probs;
     bool has_sent = false;  // Python: sent_probs is not None
+    int64_t sent_match = 0;  // root match length of the chain last sent
+    double m_acc[kNumMatch] = {};  // accepted nodes per match bucket (decayed)
+    double m_exp[kNumMatch] = {};  // their calibrated expectation
   };
 
   void update_bin(int b, bool accepted) {
@@ -256,6 +299,7 @@ class DraftLengthController {
   std::map<int64_t, int64_t> chosen_lengths_;
   std::vector<std::pair<double, int64_t>> gains_;
   std::vector<double> scratch_;
+  std::vector<int64_t> depth_;
 };
 
 }  // namespace specdraft

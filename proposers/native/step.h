@@ -104,6 +104,7 @@ class Stepper {
     // drafts of the rows that may draft, in row order
     keys_.clear();
     rows_.clear();
+    match_lens_.clear();
     parents_.clear();
     probs_.clear();
     toks_.clear();
@@ -119,6 +120,7 @@ class Stepper {
       }
       keys_.push_back(in.handles[j]);
       rows_.push_back(j);
+      match_lens_.push_back(d->match_len);
       toks_.insert(toks_.end(), d->toks.begin(), d->toks.end());
       parents_.insert(parents_.end(), d->parents.begin(), d->parents.end());
       probs_.insert(probs_.end(), d->probs.begin(), d->probs.end());
@@ -136,14 +138,14 @@ class Stepper {
       batch.context = (double)context;
       batch.longest = (double)longest;
       ctl->choose(keys_.data(), m, parents_.data(), probs_.data(), offsets_.data(), batch,
-                  counts_.data());
+                  counts_.data(), match_lens_.data());
     } else {
       for (size_t r = 0; r < m; ++r) counts_[r] = offsets_[r + 1] - offsets_[r];
     }
     for (size_t r = 0; r < m; ++r) {
       const int64_t a = offsets_[r];
       const int64_t k = std::max<int64_t>(0, std::min<int64_t>(counts_[r], offsets_[r + 1] - a));
-      if (ctl) ctl->sent(keys_[r], probs_.data() + a, (size_t)k);
+      if (ctl) ctl->sent(keys_[r], probs_.data() + a, (size_t)k, match_lens_[r]);
       out.tokens.insert(out.tokens.end(), toks_.begin() + a, toks_.begin() + a + k);
       out.lengths[rows_[r]] = (int32_t)k;
     }
@@ -207,7 +209,7 @@ class Stepper {
   Draft draft_, chain_;
   std::vector<double> pp_, best_;
   std::vector<int32_t> best_child_;
-  std::vector<int64_t> keys_, offsets_, counts_;
+  std::vector<int64_t> keys_, offsets_, counts_, match_lens_;
   std::vector<size_t> rows_;
   std::vector<int32_t> toks_, parents_;
   std::vector<double> probs_;

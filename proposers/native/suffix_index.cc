@@ -682,7 +682,7 @@ PYBIND11_MODULE(_suffix_native, m) {
       .def("set_controller",
            [](PyCore& s, py::handle curve, double cost_prior, double calibration_prior, double request_prior,
               double request_decay, double idle_decay, double min_gain, py::handle cost_params,
-              double max_waste) {
+              double max_waste, double match_prior) {
              std::vector<std::pair<double, double>> pts;
              for (py::handle p : curve) {
                py::sequence q = py::reinterpret_borrow<py::sequence>(p);
@@ -698,14 +698,15 @@ PYBIND11_MODULE(_suffix_native, m) {
              }
              if (!pts.empty() && pts.size() < 2) throw ValueErr{"cost curve needs at least 2 points"};
              ControllerParams prm{calibration_prior, request_prior, request_decay, idle_decay, min_gain,
-                                  max_waste};
+                                  max_waste, match_prior};
              return locked(s, [&] {
                s.ctl = std::make_unique<DraftLengthController>(CostModel(cp, pts, cost_prior), prm);
              });
            },
            py::arg("curve"), py::arg("cost_prior") = 4.0, py::arg("calibration_prior") = 8.0,
            py::arg("request_prior") = 1.0, py::arg("request_decay") = 0.9, py::arg("idle_decay") = 0.9,
-           py::arg("min_gain") = 0.1, py::arg("cost_params") = py::none(), py::arg("max_waste") = 8.0,
+           py::arg("min_gain") = 0.1, py::arg("cost_params") = py::none(), py::arg("max_waste") = 4.0,
+           py::arg("match_prior") = 2.0,
            "Attach the native draft-length controller (twin of DraftLengthController): a cost curve "
            "[(tokens, cost), ...] and/or the seven GPU cost parameters.")
       .def("ctl_observe",
@@ -717,12 +718,14 @@ PYBIND11_MODULE(_suffix_native, m) {
              return locked(s, [&] { controller_of(s).forget(h); });
            })
       .def("ctl_sent",
-           [](PyCore& s, int64_t h, py::handle probs) {
+           [](PyCore& s, int64_t h, py::handle probs, int64_t match_len) {
              std::vector<double> p = doubles_of(probs);
-             return locked(s, [&] { controller_of(s).sent(h, p.data(), p.size()); });
-           })
+             return locked(s, [&] { controller_of(s).sent(h, p.data(), p.size(), match_len); });
+           },
+           py::arg("key"), py::arg("probs"), py::arg("match_len") = 0)
       .def("ctl_choose",
-           [](PyCore& s, py::handle keys, py::handle drafts, py::handle contexts, py::handle batch) {
+           [](PyCore& s, py::handle keys, py::handle drafts, py::handle contexts, py::handle batch,
+              py::handle match_lens) {
              std::vector<int64_t> ks = ints_of(keys);
              std::vector<int32_t> parents;
              std::vector<double> probs;
@@ -752,28 +755,36 @@ PYBIND11_MODULE(_suffix_native, m) {
                shape.context = (double)sum;
                shape.longest = (double)longest;
              }
+             std::vector<int64_t> mls(ks.size(), 0);
+             if (!match_lens.is_none()) {
+               mls = ints_of(match_lens);
+               if (mls.size() != ks.size()) throw ValueErr{"one match length per key is needed"};
+             }
              std::vector<int64_t> counts(ks.size());
              locked(s, [&] {
                controller_of(s).choose(ks.data(), ks.size(), parents.data(), probs.data(), off.data(), shape,
-                                       counts.data());
+                                       counts.data(), mls.data());
              });
              py::list res(counts.size());
              for (size_t i = 0; i < counts.size(); ++i) res[i] = py::int_(counts[i]);
              return res;
            },
-           py::arg("keys"), py::arg("drafts"), py::arg("contexts") = py::none(), py::arg("batch") = py::none())
+           py::arg("keys"), py::arg("drafts"), py::arg("contexts") = py::none(), py::arg("batch") = py::none(),
+           py::arg("match_lens") = py::none())
       .def("ctl_path_gains",
-           [](PyCore& s, int64_t h, py::handle parents, py::handle probs) {
+           [](PyCore& s, int64_t h, py::handle parents, py::handle probs, int64_t match_len) {
              std::vector<int32_t> pa = int32s_of(parents);
              std::vector<double> pr = doubles_of(probs);
              std::vector<double> out;
              return locked(s, [&] {
-               controller_of(s).path_gains(h, pa.data(), pr.data(), std::min(pa.size(), pr.size()), out);
+               controller_of(s).path_gains(h, pa.data(), pr.data(), std::min(pa.size(), pr.size()), match_len,
+                                           out);
                py::list res(out.size());
                for (size_t i = 0; i < out.size(); ++i) res[i] = py::float_(out[i]);
                return res;
              });
-           })
+           },
+           py::arg("key"), py::arg("parents"), py::arg("probs"), py::arg("match_len") = 0)
       .def("ctl_calibrated",
            [](PyCore& s, double p) {
              return locked(s, [&] { return controller_of(s).calibrated(p); });
