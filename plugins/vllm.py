@@ -159,8 +159,14 @@ class SpecdraftProposer:
         """vLLM's call, whatever its version passes (the adapter reads the arguments)."""
         start = time.perf_counter()
         try:
-            sampled, num_tokens_no_spec, token_ids_cpu = self.adapter.propose_arguments(args, kwargs)
-            drafts = self._propose(sampled, num_tokens_no_spec, token_ids_cpu)
+            steps = self.steps
+            if steps.view is not None and steps.engine is not None and steps.use_native:
+                drafts = steps.propose_native(args, kwargs)  # one native call
+                self.tracked = True
+            else:
+                sampled, num_tokens_no_spec, token_ids_cpu = self.adapter.propose_arguments(
+                    args, kwargs)
+                drafts = self._propose(sampled, num_tokens_no_spec, token_ids_cpu)
         except Exception as e:  # noqa: BLE001 - a proposer failure must not reach the engine
             self._failed(e)
             rows = args[0] if args else kwargs.get("sampled_token_ids", ())
@@ -190,8 +196,9 @@ class SpecdraftProposer:
         cached = self.drafter.metrics().get("global_cache_tokens", 0)
         self.steps.forget_events()
         self.steps.step_started = None
+        self._count_lengths()  # the figures of the drafter that goes
         self.drafter = self.build_drafter(*self._drafter_args)
-        self.steps.drafter = self.drafter
+        self.steps.set_drafter(self.drafter)
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
 
     def specdraft_verified(self, drafts: int, draft_tokens: int, accepted_tokens: int) -> None:
@@ -220,6 +227,15 @@ class SpecdraftProposer:
         return drafts
 
     def _count_lengths(self) -> None:
+        if self.steps.engine is not None:  # what the native engine step counted
+            rows, drafts, tokens, counts = self.steps.engine[0].take_figures()
+            f = self.figures
+            f["rows"] += rows
+            f["proposed_drafts"] += drafts
+            f["proposed_draft_tokens"] += tokens
+            n = min(len(counts), self._length_counts.size)
+            if n:
+                self._length_counts[:n] += np.asarray(counts[:n], dtype=np.int64)
         if not self._lengths:
             return
         lengths = np.concatenate(self._lengths)

@@ -272,8 +272,8 @@ class _RunnerRows:
 
 
 class _TimedCore:
-    """The drafter's native core with the time spent inside its step call counted (the
-    native-core-only figure; the rest of ``propose`` is the Python share)."""
+    """The drafter's native engine step with the time spent inside its step call counted (the
+    native-only figure; the rest of ``propose`` is the Python share)."""
 
     def __init__(self, core):
         self._core = core
@@ -313,8 +313,9 @@ class TimedSpecdraft(TimedMethod):
                                          get_vocab_size=lambda: args.vocab))
         self.prop = SuffixProposer(config)
         drafter = self.prop.drafter  # native: True above: make_core refuses a missing extension
-        self.timed = _TimedCore(drafter.core)
-        drafter.core = self.timed
+        engine, core = self.prop.steps.engine  # the native engine step propose calls
+        self.timed = _TimedCore(engine)
+        self.prop.steps.engine = (self.timed, core)
         t0 = time.perf_counter()
         for k, (p, o) in enumerate(prefill):
             rid = f"pre{k}"
@@ -322,8 +323,8 @@ class TimedSpecdraft(TimedMethod):
             drafter.extend(rid, o)
             drafter.finish(rid)
         self.prefill_s = time.perf_counter() - t0
-        self.prefill_tokens = drafter.core.global_tokens()
-        self.mem_after_prefill = drafter.core.memory_bytes()
+        self.prefill_tokens = core.global_tokens()
+        self.mem_after_prefill = core.memory_bytes()
         self.runner = _RunnerRows(adapter, prompts, self.max_model_len)
         self.scheduled: dict[str, list[int]] = {}  # req_id -> draft verified this step
         self.last_drafts: dict[int, list[int]] = {}

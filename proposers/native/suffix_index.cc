@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "controller.h"
+#include "engine_step.h"
 #include "step.h"
 #include "suffix_core.h"
 #include "suffix_index.h"
@@ -895,4 +896,5 @@ PYBIND11_MODULE(_suffix_native, m) {
              Lock lk(s.mu);
              s.core.check_requests();
            });
+  register_engine_step<PyCore>(m);  // EngineStep (engine_step.h)
 }
