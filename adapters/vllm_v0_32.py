@@ -414,11 +414,13 @@ class StepView:
         else:
             sampled, num_tokens_no_spec, token_ids_cpu = propose_arguments(args, kwargs)
         batch = self.runner.input_batch
+        out = self.scheduler_output
+        n = getattr(out, "num_spec_tokens_to_schedule", 0) or 0  # as budget()
+        budget = num_speculative_tokens if n <= 0 or n > num_speculative_tokens else n
         return engine.step(core, batch.req_ids, sampled, num_tokens_no_spec, token_ids_cpu,
-                           batch.num_prompt_tokens,
-                           self.scheduler_output.scheduled_spec_decode_tokens,
-                           self.budget(num_speculative_tokens), max_model_len - 1, max_model_len,
-                           self.request_rule, finished, aborted, scored_tokens, scored_seconds)
+                           batch.num_prompt_tokens, out.scheduled_spec_decode_tokens, budget,
+                           max_model_len - 1, max_model_len, self.request_rule, finished, aborted,
+                           scored_tokens, scored_seconds)
 
     def request_rule(self, req_id: str) -> tuple | None:
         """What the native step needs of a request, asked once: (speculates, max_tokens,

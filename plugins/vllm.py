@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -117,6 +118,9 @@ class SpecdraftProposer:
         self.drafter = self.build_drafter(drafter_options, vllm_config)
         self.steps = VllmStep(self.adapter, self.drafter, self.num_speculative_tokens,
                               self.max_model_len, self.vocab_size)
+        # the runner hooks call these every step: straight to the step's methods
+        self.specdraft_step_begin = self.steps.step_begin
+        self.specdraft_bind = self.steps.bind
         self._stateless_logged = False
         self._error_logged = False
         # drafts/draft_tokens/accepted_tokens: as vLLM verified them (specdraft_verified);
@@ -135,7 +139,9 @@ class SpecdraftProposer:
             self.log.warning("specdraft: cannot see vLLM's request ids (%s); drafting each row "
                              "from its tokens alone: per-request state and the global cache's "
                              "learning from finished requests are off", reason)
-        self.writer = (SnapshotWriter(facts.metrics_dir)
+        # figures are read by the writer's thread (_snapshot): the step only says they changed
+        self._figures_lock = threading.RLock()
+        self.writer = (SnapshotWriter(facts.metrics_dir, source=self._snapshot)
                        if facts.metrics_dir and facts.tp_rank == 0 else None)
         self.log.info("specdraft: %s drafting up to %d tokens (options %s)",
                       type(self).__name__, self.num_speculative_tokens, self.options)
@@ -174,7 +180,8 @@ class SpecdraftProposer:
         elapsed = time.perf_counter() - start
         self.figures["steps"] += 1
         self.figures["proposer_seconds"] += elapsed
-        self._publish()
+        if self.writer is not None:
+            self.writer.publish()  # built in the writer's thread (_snapshot)
         return drafts
 
     # -- hooks called by specdraft.adapters' runner wrappers -------------------------------------
@@ -220,13 +227,18 @@ class SpecdraftProposer:
         self.tracked = self.tracked or tracked
         # what the proposer handed over; drafts/draft_tokens/accepted_tokens count what vLLM
         # verified (specdraft_verified), as vLLM's spec_decode counters do
-        self.figures["proposed_draft_tokens"] += out.tokens.shape[0]
-        self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)
-        if len(self._lengths) >= 256:
-            self._count_lengths()
+        with self._figures_lock:
+            self.figures["proposed_draft_tokens"] += out.tokens.shape[0]
+            self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)
+            if len(self._lengths) >= 256:
+                self._count_lengths()
         return drafts
 
     def _count_lengths(self) -> None:
+        with self._figures_lock:
+            self._count_lengths_locked()
+
+    def _count_lengths_locked(self) -> None:
         if self.steps.engine is not None:  # what the native engine step counted
             rows, drafts, tokens, counts = self.steps.engine[0].take_figures()
             f = self.figures
@@ -264,8 +276,11 @@ class SpecdraftProposer:
             pass
 
     def _publish(self) -> None:
-        if self.writer is None:
-            return
+        if self.writer is not None:
+            self.writer.publish()
+
+    def _snapshot(self) -> dict:
+        """The figures as published (called from the writer's thread)."""
         self._count_lengths()
         now = time.monotonic()
         if now - self._drafter_figures_at > 0.2:
@@ -276,13 +291,13 @@ class SpecdraftProposer:
             except Exception:  # noqa: BLE001 - figures are best effort
                 self._drafter_figures = {}
         stats = self.drafter.stats
-        self.writer.publish({
+        return {
             **self._drafter_figures, **self.figures,
             "draft_length_counts": self._length_counts.tolist(),
             "requests_started": stats.requests, "requests_finished": stats.finished,
             "requests_aborted": stats.aborted, "tracked": self.tracked,
             "strategy": self.options.get("strategy"),
-            "num_speculative_tokens": self.num_speculative_tokens})
+            "num_speculative_tokens": self.num_speculative_tokens}
 
 
 # Figures taken from the drafter's metrics(); the rest are counted here, as vLLM saw them.

@@ -48,33 +48,67 @@ inline int64_t as_i64(PyObject* o) {
   return (int64_t)v;
 }
 
+// A buffer held for the duration of a call (no copy).
+struct Buffer {
+  Py_buffer view{};
+  bool held = false;
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (held) PyBuffer_Release(&view);
+  }
+  bool get(PyObject* o, int flags) {
+    if (PyObject_GetBuffer(o, &view, flags) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    held = true;
+    return true;
+  }
+  char format() const {
+    const char* f = view.format ? view.format : "B";
+    while (*f == '@' || *f == '=' || *f == '<' || *f == '>' || *f == '!') ++f;
+    return f[0] != 0 && f[1] == 0 ? f[0] : 0;
+  }
+};
+
 // A 1-D integer array read in place (numpy's int32/int64 arrays, any integer buffer).
 struct IntColumn {
-  py::buffer_info info;
+  Buffer buf;
   const char* base = nullptr;
-  Py_ssize_t stride = 0;
-  char kind = 'i';
-  Py_ssize_t size = 0;
+  Py_ssize_t stride = 0, itemsize = 8, size = 0;
+  bool is_signed = true;
 
-  IntColumn(py::handle obj, const char* name) {
-    py::buffer b = py::reinterpret_borrow<py::buffer>(obj);
-    info = b.request();
-    const std::string& f = info.format;
-    char c = f.empty() ? 'B' : f.back();
-    if (info.ndim != 1 || !std::strchr("bBhHiIlLqQ", c))
+  IntColumn(PyObject* obj, const char* name) {
+    if (py::isinstance<py::array>(obj)) {  // numpy: its fields, read directly (no buffer export)
+      py::array a = py::reinterpret_borrow<py::array>(obj);
+      const char kind = a.dtype().kind();
+      if (a.ndim() != 1 || (kind != 'i' && kind != 'u') || a.itemsize() > 8)
+        throw ValueErr{std::string(name) + " must be a 1-D integer array"};
+      is_signed = kind == 'i';
+      itemsize = a.itemsize();
+      base = (const char*)a.data();
+      stride = a.strides(0);
+      size = a.shape(0);
+      return;
+    }
+    const char k = buf.get(obj, PyBUF_STRIDES | PyBUF_FORMAT) ? buf.format() : 0;
+    if (!k || buf.view.ndim != 1 || !std::strchr("bBhHiIlLqQ", k))
       throw ValueErr{std::string(name) + " must be a 1-D integer array"};
-    kind = c;
-    base = (const char*)info.ptr;
-    stride = info.strides[0];
-    size = info.shape[0];
+    is_signed = k >= 'a';
+    itemsize = buf.view.itemsize;
+    base = (const char*)buf.view.buf;
+    stride = buf.view.strides ? buf.view.strides[0] : itemsize;
+    size = buf.view.shape[0];
   }
 
   int64_t operator[](Py_ssize_t i) const {
     const char* p = base + i * stride;
-    switch (info.itemsize) {
-      case 1: return kind == 'b' ? (int64_t) * (const int8_t*)p : (int64_t) * (const uint8_t*)p;
-      case 2: return kind == 'h' ? (int64_t) * (const int16_t*)p : (int64_t) * (const uint16_t*)p;
-      case 4: return (kind == 'i' || kind == 'l') ? (int64_t) * (const int32_t*)p : (int64_t) * (const uint32_t*)p;
+    switch (itemsize) {
+      case 1: return is_signed ? (int64_t) * (const int8_t*)p : (int64_t) * (const uint8_t*)p;
+      case 2: return is_signed ? (int64_t) * (const int16_t*)p : (int64_t) * (const uint16_t*)p;
+      case 4: return is_signed ? (int64_t) * (const int32_t*)p : (int64_t) * (const uint32_t*)p;
       default: return *(const int64_t*)p;
     }
   }
@@ -99,6 +133,7 @@ class EngineStep {
       : handles_(std::move(handles)), vocab_size_(vocab_size), tree_(tree) {}
 
   int64_t next_handle = 0;  // the drafter's handle counter (shared with its per-request API)
+  int64_t total_ns = 0;     // time inside step() since construction (benchmarks read it)
 
   // Counts since the last take_stats() / take_figures().
   struct Totals {
@@ -151,8 +186,8 @@ class EngineStep {
     emit_.clear();
     ended_.clear();
     ended_ids_.clear();
-    IntColumn num_tokens(num_tokens_obj, "num_tokens");
-    IntColumn num_prompt(num_prompt_obj, "num_prompt_tokens");
+    IntColumn num_tokens(num_tokens_obj.ptr(), "num_tokens");
+    IntColumn num_prompt(num_prompt_obj.ptr(), "num_prompt_tokens");
     if (num_tokens.size < num_rows || num_prompt.size < num_rows)
       throw ValueErr{"num_tokens and num_prompt_tokens need an entry for each of the " + std::to_string(num_rows) +
                      " rows"};
@@ -221,11 +256,32 @@ class EngineStep {
     (void)all_rows;
 
     // the engine's token buffer, as is: row j's history is buffer[rows[j], :num_tokens[j]]
-    using I32 = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
-    I32 buffer = I32::ensure(token_buffer);
-    if (!buffer) throw py::error_already_set();
-    if (buffer.ndim() != 2) throw ValueErr{"the token buffer must be an (N, L) array"};
-    const int64_t nbuf = (int64_t)buffer.shape(0), width = (int64_t)buffer.shape(1);
+    // read in place when it is a C-contiguous int32 array (vLLM's is), else an int32 copy
+    Buffer held;
+    py::array_t<int32_t, py::array::c_style | py::array::forcecast> copy;
+    const int32_t* data;
+    int64_t nbuf, width;
+    py::object arr_obj = py::isinstance<py::array>(token_buffer) ? py::reinterpret_borrow<py::object>(token_buffer)
+                                                                 : py::object();
+    py::array arr = arr_obj ? py::reinterpret_steal<py::array>(arr_obj.release()) : py::reinterpret_steal<py::array>(py::handle());
+    if (arr && arr.ndim() == 2 && arr.itemsize() == 4 && arr.dtype().kind() == 'i' &&
+        (arr.flags() & py::array::c_style)) {
+      data = (const int32_t*)arr.data();
+      nbuf = (int64_t)arr.shape(0);
+      width = (int64_t)arr.shape(1);
+    } else if (held.get(token_buffer.ptr(), PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) && held.view.ndim == 2 &&
+               held.view.itemsize == 4 && (held.format() == 'i' || held.format() == 'l')) {
+      data = (const int32_t*)held.view.buf;
+      nbuf = (int64_t)held.view.shape[0];
+      width = (int64_t)held.view.shape[1];
+    } else {
+      copy = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(token_buffer);
+      if (!copy) throw py::error_already_set();
+      if (copy.ndim() != 2) throw ValueErr{"the token buffer must be an (N, L) array"};
+      data = copy.data();
+      nbuf = (int64_t)copy.shape(0);
+      width = (int64_t)copy.shape(1);
+    }
     const size_t m = handles_v_.size();
     offs_.resize(m);
     starts_.assign(m, 0);
@@ -236,8 +292,8 @@ class EngineStep {
     StepInput in;
     in.num_rows = m;
     in.handles = handles_v_.data();
-    in.tokens = buffer.data();
-    in.tokens_size = (int64_t)buffer.size();
+    in.tokens = data;
+    in.tokens_size = nbuf * width;
     in.row_offset = offs_.data();
     in.row_start = starts_.data();
     in.num_prompt = nprompt_.data();
@@ -320,8 +376,10 @@ class EngineStep {
     figures.rows += (int64_t)m;
     figures.drafts += drafts;
     figures.draft_tokens += (int64_t)out_.tokens.size();
-    stats.draft_ns +=
+    const int64_t ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    stats.draft_ns += ns;
+    total_ns += ns;
     return res;
   }
 
@@ -380,6 +438,7 @@ void register_engine_step(pybind11::module_& m) {
       .def(py::init<py::dict, int64_t, bool>(), py::arg("handles"), py::arg("vocab_size") = 0,
            py::arg("tree") = false)
       .def_readwrite("next_handle", &EngineStep::next_handle)
+      .def_readonly("total_ns", &EngineStep::total_ns)
       .def("step", &EngineStep::step<PyCore>, py::arg("core"), py::arg("req_ids"), py::arg("new_tokens"),
            py::arg("num_tokens"), py::arg("token_buffer"), py::arg("num_prompt_tokens"), py::arg("verified"),
            py::arg("budget"), py::arg("max_len"), py::arg("end_len"), py::arg("describe"), py::arg("finished"),
