@@ -258,7 +258,7 @@ class EngineStep {
     // the engine's token buffer, as is: row j's history is buffer[rows[j], :num_tokens[j]]
     // read in place when it is a C-contiguous int32 array (vLLM's is), else an int32 copy
     Buffer held;
-    py::array_t<int32_t, py::array::c_style | py::array::forcecast> copy;
+    py::object copy_holder;  // (an array_t default-constructs a numpy array: not on this path)
     const int32_t* data;
     int64_t nbuf, width;
     py::object arr_obj = py::isinstance<py::array>(token_buffer) ? py::reinterpret_borrow<py::object>(token_buffer)
@@ -275,8 +275,9 @@ class EngineStep {
       nbuf = (int64_t)held.view.shape[0];
       width = (int64_t)held.view.shape[1];
     } else {
-      copy = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(token_buffer);
+      auto copy = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(token_buffer);
       if (!copy) throw py::error_already_set();
+      copy_holder = copy;
       if (copy.ndim() != 2) throw ValueErr{"the token buffer must be an (N, L) array"};
       data = copy.data();
       nbuf = (int64_t)copy.shape(0);
