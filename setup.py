@@ -8,8 +8,7 @@ setup(
             "specdraft.proposers._suffix_native",
             ["proposers/native/suffix_index.cc"],
             depends=["proposers/native/suffix_index.h", "proposers/native/suffix_core.h",
-                     "proposers/native/controller.h", "proposers/native/step.h",
-                     "proposers/native/engine_step.h"],
+                     "proposers/native/controller.h", "proposers/native/step.h"],
             cxx_std=17,
             extra_compile_args=["-O3"],
         )

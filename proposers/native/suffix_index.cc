@@ -511,6 +511,7 @@ PYBIND11_MODULE(_suffix_native, m) {
         "and token ids against the vocabulary (ValueError otherwise).");
   m.def("rows_to_lists", &rows_to_lists, py::arg("tokens"), py::arg("lengths"),
         "Split concatenated drafts into one list of ints per row (the form vLLM takes).");
+  register_engine_step<PyCore>(m);  // EngineStep (engine_step.h)
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -896,5 +897,4 @@ PYBIND11_MODULE(_suffix_native, m) {
              Lock lk(s.mu);
              s.core.check_requests();
            });
-  register_engine_step<PyCore>(m);  // EngineStep (engine_step.h)
 }
