@@ -11,9 +11,11 @@ controller picks lengths below it. Options go under the ``"specdraft"`` key (a d
 of a JSON file holding one); specdraft's vLLM plugin takes them out before vLLM checks the config.
 
 vLLM calls ``propose`` with batch rows only. The plugin's hooks (specdraft.adapters) bind the
-runner's request identity to each call; the adapter turns the call into one ``SpecDrafter.step``
-(flat arrays: request ids, vLLM's token buffer, accepted counts, finished and aborted requests,
-per-row caps), which syncs, drafts and sizes the whole batch in one native call. Without the
+runner's request identity to each call; the adapter hands vLLM's arrays over as they are (request
+ids, sampled tokens, vLLM's token buffer, the drafts verified this step, finished and aborted
+requests) to one native call (proposers/native/engine_step.h) that syncs, drafts and sizes the
+whole batch and returns vLLM's ``list[list[int]]``; without the native core (or with the shared
+cache) its plain-Python twin builds the same call as one ``SpecDrafter.step``. Without the
 hooks the proposer drafts each row from its tokens alone. This module holds no vLLM-version
 fact: those are in specdraft.adapters. A proposer failure never reaches vLLM: the step goes on without drafts,
 the failure is counted (``specdraft:errors_total``) and logged once.
