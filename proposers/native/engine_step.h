@@ -256,7 +256,7 @@ class EngineStep {
     (void)all_rows;
 
     // the engine's token buffer, as is: row j's history is buffer[rows[j], :num_tokens[j]]
-    // read in place when it is a C-contiguous int32 array (vLLM's is), else an int32 copy
+    // read in place when it is a C-contiguous int32 array (an engine's token buffer usually is), else an int32 copy
     Buffer held;
     py::object copy_holder;  // (an array_t default-constructs a numpy array: not on this path)
     const int32_t* data;
