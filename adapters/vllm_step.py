@@ -4,6 +4,10 @@
 ended, the start of the step) and turns each ``propose`` call into the drafter's step arguments:
 flat arrays read straight from vLLM's batch (its ``token_ids_cpu`` buffer is handed over as is),
 then the drafter's flat answer back into vLLM's ``list[list[int]]`` in the runner's row order.
+With the native core, ``propose_native`` hands vLLM's arguments over as they are to one native
+call (proposers/native/engine_step.h) that does all of that; ``propose`` is its plain-Python twin
+(tests/test_engine_step_twin.py), used without the native core or a drafter that must see each
+request's tokens (the shared cache).
 Every fact that depends on the vLLM version comes from the version adapter module it is given
 (``specdraft.adapters.vllm_adapter()``): the ``propose`` signature, how request identity and
 accepted counts are read from the runner, the per-row cap rule.
@@ -48,6 +52,14 @@ class VllmStep:
         self.step_started: tuple[int, float] | None = None
         self.speculates = _Speculates()
         self.steps = 0
+        self.use_native = True  # False: the plain-Python path even with the native core
+        self.engine: Any = None
+        self.set_drafter(drafter)
+
+    def set_drafter(self, drafter: Any) -> None:
+        self.drafter = drafter
+        native = getattr(drafter, "native_engine_step", None)
+        self.engine = native() if native is not None else None
 
     # -- runner hooks ------------------------------------------------------------------------------
     def step_begin(self, begin: Any) -> None:
@@ -58,6 +70,25 @@ class VllmStep:
 
     def bind(self, view: Any) -> None:
         self.view = view
+
+    def propose_native(self, args: tuple, kwargs: dict) -> list[list[int]]:
+        """vLLM's propose call (inside the runner hook) as one native engine step."""
+        self.steps += 1
+        finished, aborted = self.finished, self.aborted
+        if finished or aborted:
+            self.finished, self.aborted = [], []
+        if self.steps % RETAIN_EVERY == 0:
+            live = self.view.live_req_ids()
+            aborted = aborted + [r for r in self.drafter.req_ids() if r not in live]
+        started = self.step_started
+        if started is None:
+            scored, seconds = -1, 0.0
+        else:
+            self.step_started = None
+            scored, seconds = started[0], time.perf_counter() - started[1]
+        engine, core = self.engine
+        return self.view.engine_step(engine, core, args, kwargs, self.num_speculative_tokens,
+                                     self.max_model_len, finished, aborted, scored, seconds)
 
     def forget_events(self) -> None:
         """After a failure: the drafter's state is rebuilt from the engine's history."""
@@ -102,8 +133,12 @@ class VllmStep:
         finally:
             if not tracked and step.req_ids:  # forget the throwaway requests
                 self.drafter.step([], token_ids_cpu, [], [], [], aborted=step.req_ids)
-        if step.ended:  # into the global cache now; vLLM's finish notice will find them gone
-            self.drafter.step([], token_ids_cpu, [], [], [], finished=step.ended)
+        # into the global cache now; vLLM's finish notice will find them gone (finished one by
+        # one: an empty step would size an empty batch, which the cost model's next
+        # observation would be read against)
+        for req_id in step.ended:
+            if self.drafter.has(req_id):
+                self.drafter.finish(req_id)
         return self.engine_drafts(out, step), out, tracked
 
     def engine_drafts(self, out: Any, step: Any) -> list[list[int]]:

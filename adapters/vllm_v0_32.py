@@ -398,6 +398,41 @@ class StepView:
         req_state = self.runner.requests.get(req_id)
         return req_state is None or _request_speculates(req_state)
 
+    def engine_step(self, engine: Any, core: Any, args: tuple, kwargs: dict,
+                    num_speculative_tokens: int, max_model_len: int, finished: list,
+                    aborted: list, scored_tokens: int, scored_seconds: float) -> list[list[int]]:
+        """The propose call handed to the native engine step (proposers/native/engine_step.h)
+        with vLLM's arrays as they are: the same rows, accepted counts, caps and ended requests
+        as ``step_rows`` (its plain-Python twin), and vLLM's ``list[list[int]]`` back.
+
+        0.32 facts it relies on: at ``propose`` the sampled tokens are already in
+        ``token_ids_cpu[i, :num_tokens_no_spec[i]]``, and ``num_tokens_no_spec[i]`` equals
+        ``requests[req_ids[i]].num_tokens`` (= ``num_prompt_tokens[i]`` + its output tokens).
+        """
+        if len(args) >= 3:
+            sampled, num_tokens_no_spec, token_ids_cpu = args[0], args[1], args[2]
+        else:
+            sampled, num_tokens_no_spec, token_ids_cpu = propose_arguments(args, kwargs)
+        batch = self.runner.input_batch
+        out = self.scheduler_output
+        n = getattr(out, "num_spec_tokens_to_schedule", 0) or 0  # as budget()
+        budget = num_speculative_tokens if n <= 0 or n > num_speculative_tokens else n
+        return engine.step(core, batch.req_ids, sampled, num_tokens_no_spec, token_ids_cpu,
+                           batch.num_prompt_tokens, out.scheduled_spec_decode_tokens, budget,
+                           max_model_len - 1, max_model_len, self.request_rule, finished, aborted,
+                           scored_tokens, scored_seconds)
+
+    def request_rule(self, req_id: str) -> tuple | None:
+        """What the native step needs of a request, asked once: (speculates, max_tokens,
+        stop token ids), the rules of ``request_speculates`` and ``stopped_in_step``; None
+        for a request without sampling parameters (speculates, never ended here)."""
+        req_state = self.runner.requests.get(req_id)
+        sp = getattr(req_state, "sampling_params", None)
+        if sp is None or getattr(req_state, "output_token_ids", None) is None:
+            return None
+        return (_request_speculates(req_state), getattr(sp, "max_tokens", None),
+                tuple(_stop_token_ids(sp)))
+
 
 # ---------------------------------------------------------------------------------------------
 # The engine step: vLLM's propose call as SpecDrafter.step arguments

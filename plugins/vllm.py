@@ -11,9 +11,11 @@ controller picks lengths below it. Options go under the ``"specdraft"`` key (a d
 of a JSON file holding one); specdraft's vLLM plugin takes them out before vLLM checks the config.
 
 vLLM calls ``propose`` with batch rows only. The plugin's hooks (specdraft.adapters) bind the
-runner's request identity to each call; the adapter turns the call into one ``SpecDrafter.step``
-(flat arrays: request ids, vLLM's token buffer, accepted counts, finished and aborted requests,
-per-row caps), which syncs, drafts and sizes the whole batch in one native call. Without the
+runner's request identity to each call; the adapter hands vLLM's arrays over as they are (request
+ids, sampled tokens, vLLM's token buffer, the drafts verified this step, finished and aborted
+requests) to one native call (proposers/native/engine_step.h) that syncs, drafts and sizes the
+whole batch and returns vLLM's ``list[list[int]]``; without the native core (or with the shared
+cache) its plain-Python twin builds the same call as one ``SpecDrafter.step``. Without the
 hooks the proposer drafts each row from its tokens alone. This module holds no vLLM-version
 fact: those are in specdraft.adapters. A proposer failure never reaches vLLM: the step goes on without drafts,
 the failure is counted (``specdraft:errors_total``) and logged once.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -117,6 +120,9 @@ class SpecdraftProposer:
         self.drafter = self.build_drafter(drafter_options, vllm_config)
         self.steps = VllmStep(self.adapter, self.drafter, self.num_speculative_tokens,
                               self.max_model_len, self.vocab_size)
+        # the runner hooks call these every step: straight to the step's methods
+        self.specdraft_step_begin = self.steps.step_begin
+        self.specdraft_bind = self.steps.bind
         self._stateless_logged = False
         self._error_logged = False
         # drafts/draft_tokens/accepted_tokens: as vLLM verified them (specdraft_verified);
@@ -135,7 +141,9 @@ class SpecdraftProposer:
             self.log.warning("specdraft: cannot see vLLM's request ids (%s); drafting each row "
                              "from its tokens alone: per-request state and the global cache's "
                              "learning from finished requests are off", reason)
-        self.writer = (SnapshotWriter(facts.metrics_dir)
+        # figures are read by the writer's thread (_snapshot): the step only says they changed
+        self._figures_lock = threading.RLock()
+        self.writer = (SnapshotWriter(facts.metrics_dir, source=self._snapshot)
                        if facts.metrics_dir and facts.tp_rank == 0 else None)
         self.log.info("specdraft: %s drafting up to %d tokens (options %s)",
                       type(self).__name__, self.num_speculative_tokens, self.options)
@@ -159,8 +167,14 @@ class SpecdraftProposer:
         """vLLM's call, whatever its version passes (the adapter reads the arguments)."""
         start = time.perf_counter()
         try:
-            sampled, num_tokens_no_spec, token_ids_cpu = self.adapter.propose_arguments(args, kwargs)
-            drafts = self._propose(sampled, num_tokens_no_spec, token_ids_cpu)
+            steps = self.steps
+            if steps.view is not None and steps.engine is not None and steps.use_native:
+                drafts = steps.propose_native(args, kwargs)  # one native call
+                self.tracked = True
+            else:
+                sampled, num_tokens_no_spec, token_ids_cpu = self.adapter.propose_arguments(
+                    args, kwargs)
+                drafts = self._propose(sampled, num_tokens_no_spec, token_ids_cpu)
         except Exception as e:  # noqa: BLE001 - a proposer failure must not reach the engine
             self._failed(e)
             rows = args[0] if args else kwargs.get("sampled_token_ids", ())
@@ -168,7 +182,8 @@ class SpecdraftProposer:
         elapsed = time.perf_counter() - start
         self.figures["steps"] += 1
         self.figures["proposer_seconds"] += elapsed
-        self._publish()
+        if self.writer is not None:
+            self.writer.publish()  # built in the writer's thread (_snapshot)
         return drafts
 
     # -- hooks called by specdraft.adapters' runner wrappers -------------------------------------
@@ -190,8 +205,9 @@ class SpecdraftProposer:
         cached = self.drafter.metrics().get("global_cache_tokens", 0)
         self.steps.forget_events()
         self.steps.step_started = None
+        self._count_lengths()  # the figures of the drafter that goes
         self.drafter = self.build_drafter(*self._drafter_args)
-        self.steps.drafter = self.drafter
+        self.steps.set_drafter(self.drafter)
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
 
     def specdraft_verified(self, drafts: int, draft_tokens: int, accepted_tokens: int) -> None:
@@ -213,13 +229,27 @@ class SpecdraftProposer:
         self.tracked = self.tracked or tracked
         # what the proposer handed over; drafts/draft_tokens/accepted_tokens count what vLLM
         # verified (specdraft_verified), as vLLM's spec_decode counters do
-        self.figures["proposed_draft_tokens"] += out.tokens.shape[0]
-        self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)
-        if len(self._lengths) >= 256:
-            self._count_lengths()
+        with self._figures_lock:
+            self.figures["proposed_draft_tokens"] += out.tokens.shape[0]
+            self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)
+            if len(self._lengths) >= 256:
+                self._count_lengths()
         return drafts
 
     def _count_lengths(self) -> None:
+        with self._figures_lock:
+            self._count_lengths_locked()
+
+    def _count_lengths_locked(self) -> None:
+        if self.steps.engine is not None:  # what the native engine step counted
+            rows, drafts, tokens, counts = self.steps.engine[0].take_figures()
+            f = self.figures
+            f["rows"] += rows
+            f["proposed_drafts"] += drafts
+            f["proposed_draft_tokens"] += tokens
+            n = min(len(counts), self._length_counts.size)
+            if n:
+                self._length_counts[:n] += np.asarray(counts[:n], dtype=np.int64)
         if not self._lengths:
             return
         lengths = np.concatenate(self._lengths)
@@ -248,8 +278,11 @@ class SpecdraftProposer:
             pass
 
     def _publish(self) -> None:
-        if self.writer is None:
-            return
+        if self.writer is not None:
+            self.writer.publish()
+
+    def _snapshot(self) -> dict:
+        """The figures as published (called from the writer's thread)."""
         self._count_lengths()
         now = time.monotonic()
         if now - self._drafter_figures_at > 0.2:
@@ -260,13 +293,13 @@ class SpecdraftProposer:
             except Exception:  # noqa: BLE001 - figures are best effort
                 self._drafter_figures = {}
         stats = self.drafter.stats
-        self.writer.publish({
+        return {
             **self._drafter_figures, **self.figures,
             "draft_length_counts": self._length_counts.tolist(),
             "requests_started": stats.requests, "requests_finished": stats.finished,
             "requests_aborted": stats.aborted, "tracked": self.tracked,
             "strategy": self.options.get("strategy"),
-            "num_speculative_tokens": self.num_speculative_tokens})
+            "num_speculative_tokens": self.num_speculative_tokens}
 
 
 # Figures taken from the drafter's metrics(); the rest are counted here, as vLLM saw them.

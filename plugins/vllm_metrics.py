@@ -4,7 +4,8 @@ The proposer runs in a worker process; Prometheus is served by vLLM's API-server
 (process 0). The worker publishes a small JSON snapshot of cumulative figures into a directory
 that process 0 created for this engine; a Prometheus collector in process 0 reads it at scrape
 time, so /metrics shows specdraft's figures next to vLLM's ``vllm:spec_decode_*`` counters.
-Nothing here runs in the worker's step: the proposer hands over a dict, a daemon thread writes it.
+Nothing here runs in the worker's step: the proposer hands over a dict, or only says that its
+figures changed and a daemon thread builds the dict (``source``) and writes it.
 """
 
 from __future__ import annotations
@@ -32,18 +33,30 @@ def read_snapshot(metrics_dir: str | None) -> dict | None:
 class SnapshotWriter:
     """Writes the latest published snapshot at most every ``interval`` seconds, off the step."""
 
-    def __init__(self, metrics_dir: str, interval: float = 0.25):
+    def __init__(self, metrics_dir: str, interval: float = 0.25, source: Any = None):
         self.path = os.path.join(metrics_dir, SNAPSHOT_NAME)
         self.interval = interval
+        self.source = source  # source() -> the snapshot, called from the writer's thread
+        self._changed = False
         self._latest: dict | None = None
         self._written: dict | None = None
         self._wake = threading.Event()
         threading.Thread(target=self._run, name="specdraft-metrics", daemon=True).start()
 
-    def publish(self, snapshot: dict) -> None:
-        self._latest = snapshot  # a reference swap: atomic under the GIL
+    def publish(self, snapshot: dict | None = None) -> None:
+        """The latest snapshot; None: the figures changed, ``source()`` builds it when written."""
+        if snapshot is None:
+            self._changed = True
+        else:
+            self._latest = snapshot  # a reference swap: atomic under the GIL
 
     def flush(self) -> None:
+        if self._changed and self.source is not None:
+            self._changed = False
+            try:
+                self._latest = self.source()
+            except Exception:  # noqa: BLE001 - figures are best effort; the next change retries
+                self._changed = True
         latest = self._latest
         if latest is None or latest is self._written:
             return

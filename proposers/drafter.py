@@ -141,6 +141,12 @@ def _rows_to_lists(tokens: np.ndarray, lengths: np.ndarray) -> list[list[int]]:
     return rows_to_lists(tokens, lengths)
 
 
+def _native_engine_step(handles: dict, vocab_size: int, tree: bool):
+    from specdraft.proposers._suffix_native import EngineStep
+
+    return EngineStep(handles, vocab_size, tree)
+
+
 def _row_array(values, n: int, name: str, default: int | None = None) -> np.ndarray:
     if values is None:
         if default is None:
@@ -173,13 +179,34 @@ class SpecDrafter:
                 cfg.request_decay, cfg.idle_decay, cfg.min_gain, cfg.max_waste, cfg.match_prior)
         self._tree = cfg.strategy == "tree"
         self._handles: dict[object, int] = {}
-        self._next_handle = 0
+        # The engine step from the engine's own arrays (native core only): it shares the
+        # request id -> handle map and the handle counter, and counts into _stats when read.
+        self._engine = (_native_engine_step(self._handles, vocab_size or 0, self._tree)
+                        if self._native_step else None)
+        self._next = 0
         self._stats = DrafterStats()
         self._lock = threading.RLock()
         for path in cfg.corpus_files:
             self.load_corpus(read_corpus(path, tokenizer))
 
     # ------------------------------------------------------------- lifecycle
+    @property
+    def _next_handle(self) -> int:
+        return self._engine.next_handle if self._engine is not None else self._next
+
+    @_next_handle.setter
+    def _next_handle(self, value: int) -> None:
+        if self._engine is not None:
+            self._engine.next_handle = value
+        else:
+            self._next = value
+
+    def native_engine_step(self):
+        """(EngineStep, core) for an adapter that hands the engine's arrays over as they are
+        (proposers/native/engine_step.h), or None without the native core. Its ``step`` runs
+        without this drafter's lock: the engine calls it from the one thread that steps."""
+        return None if self._engine is None else (self._engine, self.core)
+
     def _handle(self, req_id) -> int:
         h = self._handles.get(req_id)
         if h is None:
@@ -237,6 +264,8 @@ class SpecDrafter:
             self.core.finish(h)
             if self.controller is not None:
                 self.controller.forget(h)
+            if self._engine is not None:
+                self._engine.forget(h)
             self._stats.finished += 1
             self._stats.update_time_s += time.perf_counter() - t0
 
@@ -248,6 +277,8 @@ class SpecDrafter:
             self.core.abort(h)
             if self.controller is not None:
                 self.controller.forget(h)
+            if self._engine is not None:
+                self._engine.forget(h)
             self._stats.aborted += 1
 
     def load_corpus(self, sequences: Iterable[Sequence[int]]) -> None:
@@ -518,6 +549,8 @@ class SpecDrafter:
                     self.controller.forget(h)
                 self._stats.aborted += 1
             self._handles.clear()
+            if self._engine is not None:
+                self._engine.clear()
 
     def req_ids(self) -> list:
         """The engine request ids the drafter holds state for."""
@@ -537,10 +570,26 @@ class SpecDrafter:
     # ------------------------------------------------------------ accounting
     @property
     def stats(self) -> DrafterStats:
+        if self._engine is not None:
+            with self._lock:
+                self._take_engine_stats()
         return self._stats
+
+    def _take_engine_stats(self) -> None:
+        started, n_fin, n_ab, accepted, drafts, drafted, seconds = self._engine.take_stats()
+        st = self._stats
+        st.requests += started
+        st.finished += n_fin
+        st.aborted += n_ab
+        st.accepted_tokens += accepted
+        st.drafts += drafts
+        st.drafted_tokens += drafted
+        st.draft_time_s += seconds
 
     def metrics(self) -> dict:
         with self._lock:
+            if self._engine is not None:
+                self._take_engine_stats()
             s = self._stats
             m = s.as_dict()
             m["live_requests"] = len(self._handles)

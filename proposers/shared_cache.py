@@ -306,6 +306,10 @@ class SharedCacheDrafter:
             raise AttributeError(name)
         return getattr(self.drafter, name)
 
+    def native_engine_step(self):
+        """None: this wrapper records every request's tokens, so the engine goes through step."""
+        return None
+
     def start(self, req_id, prompt_token_ids: Sequence[int]) -> None:
         self.drafter.start(req_id, prompt_token_ids)
         toks = [int(t) for t in prompt_token_ids]

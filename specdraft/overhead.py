@@ -271,25 +271,6 @@ class _RunnerRows:
         return sampled
 
 
-class _TimedCore:
-    """The drafter's native core with the time spent inside its step call counted (the
-    native-core-only figure; the rest of ``propose`` is the Python share)."""
-
-    def __init__(self, core):
-        self._core = core
-        self.ns = 0
-
-    def step(self, *args, **kwargs):
-        t0 = time.perf_counter_ns()
-        try:
-            return self._core.step(*args, **kwargs)
-        finally:
-            self.ns += time.perf_counter_ns() - t0
-
-    def __getattr__(self, name):
-        return getattr(self._core, name)
-
-
 class TimedSpecdraft(TimedMethod):
     """specdraft's ``SpecdraftProposer.propose``, called as vLLM 0.32's runner calls it, with the
     runner hooks' events (step begin with finished requests, the bound StepView)."""
@@ -313,8 +294,8 @@ class TimedSpecdraft(TimedMethod):
                                          get_vocab_size=lambda: args.vocab))
         self.prop = SuffixProposer(config)
         drafter = self.prop.drafter  # native: True above: make_core refuses a missing extension
-        self.timed = _TimedCore(drafter.core)
-        drafter.core = self.timed
+        engine, core = self.prop.steps.engine  # the native engine step propose calls
+        self.engine = engine  # counts the time inside its calls (total_ns)
         t0 = time.perf_counter()
         for k, (p, o) in enumerate(prefill):
             rid = f"pre{k}"
@@ -322,18 +303,19 @@ class TimedSpecdraft(TimedMethod):
             drafter.extend(rid, o)
             drafter.finish(rid)
         self.prefill_s = time.perf_counter() - t0
-        self.prefill_tokens = drafter.core.global_tokens()
-        self.mem_after_prefill = drafter.core.memory_bytes()
+        self.prefill_tokens = core.global_tokens()
+        self.mem_after_prefill = core.memory_bytes()
         self.runner = _RunnerRows(adapter, prompts, self.max_model_len)
         self.scheduled: dict[str, list[int]] = {}  # req_id -> draft verified this step
-        self.last_drafts: dict[int, list[int]] = {}
+        self.last_rows: list[list[int]] = []
         self.finished_events: list[tuple[str, bool]] = []
         self.core_ns_blocks: list[float] = []
 
     def prepare(self, live):
         self.sampled = self.runner.write(live, self.pending, self.n)
         ids = self.runner.batch.req_ids
-        self.scheduled = {ids[i]: self.last_drafts.get(i, []) for i in live}
+        last = self.last_rows  # the drafts verified this step (the scheduler output's)
+        self.scheduled = {ids[i]: last[i] if last else [] for i in live}
         self.view = self.adapter.benchmark_step_view(self.runner.batch, self.scheduled, self.budget)
         self.begin = self.adapter.benchmark_step_begin(
             self.finished_events, len(live) + sum(len(d) for d in self.scheduled.values()))
@@ -345,7 +327,7 @@ class TimedSpecdraft(TimedMethod):
         p.specdraft_bind(self.view)              # propose_draft_token_ids entry (runner hook)
         rows = p.propose(self.sampled, b.num_tokens_no_spec, b.token_ids_cpu, slot_mappings=None)
         p.specdraft_bind(None)
-        self.last_drafts = {i: rows[i] for i in live}
+        self.last_rows = rows
         return [rows[i] for i in live]
 
     def finish(self, i):
@@ -353,10 +335,10 @@ class TimedSpecdraft(TimedMethod):
         self.finished_events.append((self.runner.batch.req_ids[i], False))
 
     def run_block(self, steps):
-        ns0, rs0 = self.timed.ns, self.request_steps
+        ns0, rs0 = self.engine.total_ns, self.request_steps
         super().run_block(steps)
         if self.request_steps > rs0:
-            self.core_ns_blocks.append((self.timed.ns - ns0) / 1e3 / (self.request_steps - rs0))
+            self.core_ns_blocks.append((self.engine.total_ns - ns0) / 1e3 / (self.request_steps - rs0))
 
     def summary(self):
         out = super().summary()

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "controller.h"
+#include "engine_step.h"
 #include "step.h"
 #include "suffix_core.h"
 #include "suffix_index.h"
@@ -524,6 +525,7 @@ PYBIND11_MODULE(_suffix_native, m) {
         "and token ids against the vocabulary (ValueError otherwise).");
   m.def("rows_to_lists", &rows_to_lists, py::arg("tokens"), py::arg("lengths"),
         "Split concatenated drafts into one list of ints per row (the form vLLM takes).");
+  register_engine_step<PyCore>(m);  // EngineStep (engine_step.h)
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

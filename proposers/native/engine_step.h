@@ -1,0 +1,470 @@
+// The engine step as the engine hands it over: one call from the engine's own arrays to the
+// engine's own answer.
+//
+// `EngineStep` sits between an engine adapter and the core's Stepper (step.h). It takes the
+// batch as the engine keeps it (the request id of each row, the tokens each row emitted this
+// step, the engine's token buffer and lengths, the drafts verified this step by request id, the
+// requests that left since the last step), keeps the request id -> handle map, turns the rows
+// into the Stepper's flat input (accepted counts, per-row caps: budget, per-request opt-out, a
+// request that this step's tokens ended, the length limit), runs the step with the GIL
+// released, finishes the requests that ended, counts what happened, and returns one list of
+// draft token ids per row (checked: no draft longer than its cap, no id outside the
+// vocabulary). Which engine arrays are handed over, and what a request's stop rule is, is the
+// adapter's business: this file holds no engine fact.
+//
+// Plain-Python twin: the adapter's step_rows + SpecDrafter.step + engine_rows path
+// (adapters/vllm_step.py), checked against this one by tests/test_engine_step_twin.py.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "controller.h"
+#include "step.h"
+#include "suffix_core.h"
+
+namespace specdraft {
+namespace engine_step_detail {
+
+namespace py = pybind11;
+
+inline PyObject* checked(PyObject* o) {
+  if (!o) throw py::error_already_set();
+  return o;
+}
+
+inline int64_t as_i64(PyObject* o) {
+  long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return (int64_t)v;
+}
+
+// A buffer held for the duration of a call (no copy).
+struct Buffer {
+  Py_buffer view{};
+  bool held = false;
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (held) PyBuffer_Release(&view);
+  }
+  bool get(PyObject* o, int flags) {
+    if (PyObject_GetBuffer(o, &view, flags) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    held = true;
+    return true;
+  }
+  char format() const {
+    const char* f = view.format ? view.format : "B";
+    while (*f == '@' || *f == '=' || *f == '<' || *f == '>' || *f == '!') ++f;
+    return f[0] != 0 && f[1] == 0 ? f[0] : 0;
+  }
+};
+
+// A 1-D integer array read in place (numpy's int32/int64 arrays, any integer buffer).
+struct IntColumn {
+  Buffer buf;
+  const char* base = nullptr;
+  Py_ssize_t stride = 0, itemsize = 8, size = 0;
+  bool is_signed = true;
+
+  IntColumn(PyObject* obj, const char* name) {
+    if (py::isinstance<py::array>(obj)) {  // numpy: its fields, read directly (no buffer export)
+      py::array a = py::reinterpret_borrow<py::array>(obj);
+      const char kind = a.dtype().kind();
+      if (a.ndim() != 1 || (kind != 'i' && kind != 'u') || a.itemsize() > 8)
+        throw ValueErr{std::string(name) + " must be a 1-D integer array"};
+      is_signed = kind == 'i';
+      itemsize = a.itemsize();
+      base = (const char*)a.data();
+      stride = a.strides(0);
+      size = a.shape(0);
+      return;
+    }
+    const char k = buf.get(obj, PyBUF_STRIDES | PyBUF_FORMAT) ? buf.format() : 0;
+    if (!k || buf.view.ndim != 1 || !std::strchr("bBhHiIlLqQ", k))
+      throw ValueErr{std::string(name) + " must be a 1-D integer array"};
+    is_signed = k >= 'a';
+    itemsize = buf.view.itemsize;
+    base = (const char*)buf.view.buf;
+    stride = buf.view.strides ? buf.view.strides[0] : itemsize;
+    size = buf.view.shape[0];
+  }
+
+  int64_t operator[](Py_ssize_t i) const {
+    const char* p = base + i * stride;
+    switch (itemsize) {
+      case 1: return is_signed ? (int64_t) * (const int8_t*)p : (int64_t) * (const uint8_t*)p;
+      case 2: return is_signed ? (int64_t) * (const int16_t*)p : (int64_t) * (const uint16_t*)p;
+      case 4: return is_signed ? (int64_t) * (const int32_t*)p : (int64_t) * (const uint32_t*)p;
+      default: return *(const int64_t*)p;
+    }
+  }
+};
+
+}  // namespace engine_step_detail
+
+// What the adapter says about a request, asked once when the request is first seen.
+struct RequestRule {
+  bool speculates = true;      // false: the request opted out of speculation (cap 0)
+  bool can_end = false;        // false: no stop rule known (never ended here)
+  int64_t max_output = -1;     // the request ends once it has this many output tokens (-1: none)
+  std::vector<int32_t> stops;  // a new token among these ends the request
+};
+
+class EngineStep {
+ public:
+  using py_object = pybind11::object;
+
+  // `handles`: the drafter's request id -> handle dict, shared with its per-request API.
+  EngineStep(pybind11::dict handles, int64_t vocab_size, bool tree)
+      : handles_(std::move(handles)), vocab_size_(vocab_size), tree_(tree) {}
+
+  int64_t next_handle = 0;  // the drafter's handle counter (shared with its per-request API)
+  int64_t total_ns = 0;     // time inside step() since construction (benchmarks read it)
+
+  // Counts since the last take_stats() / take_figures().
+  struct Totals {
+    int64_t started = 0, finished = 0, aborted = 0, accepted = 0, drafts = 0, drafted = 0;
+    int64_t draft_ns = 0;
+  } stats;
+  struct Figures {
+    int64_t rows = 0, drafts = 0, draft_tokens = 0;
+    std::vector<int64_t> length_counts;  // rows per draft length
+  } figures;
+
+  // Forget the rules of every request (the drafter dropped its requests).
+  void clear() { rules_.clear(); }
+  void forget(int64_t h) { rules_.erase(h); }
+
+  template <class PyCore>
+  pybind11::list step(PyCore& core, pybind11::handle req_ids, pybind11::handle new_tokens,
+                      pybind11::handle num_tokens_obj, pybind11::handle token_buffer,
+                      pybind11::handle num_prompt_obj, pybind11::handle verified, int64_t budget,
+                      int64_t max_len, int64_t end_len, pybind11::handle describe, pybind11::handle finished,
+                      pybind11::handle aborted, int64_t scored_tokens, double scored_seconds) {
+    namespace py = pybind11;
+    using namespace engine_step_detail;
+    const auto t0 = std::chrono::steady_clock::now();
+    PyObject* ids = req_ids.ptr();
+    PyObject* rows_new = new_tokens.ptr();
+    if (!PyList_Check(rows_new)) throw ValueErr{"new_tokens must be a list (one list of token ids per row)"};
+    if (!PyList_Check(ids)) throw ValueErr{"req_ids must be a list of request ids"};
+    const Py_ssize_t num_rows = PyList_GET_SIZE(rows_new);
+    if (PyList_GET_SIZE(ids) < num_rows)
+      throw ValueErr{"the batch has " + std::to_string(PyList_GET_SIZE(ids)) + " request ids for " +
+                     std::to_string(num_rows) + " rows"};
+    PyObject* hmap = handles_.ptr();
+    PyObject* vmap = verified.is_none() ? nullptr : verified.ptr();
+    if (vmap && !PyDict_Check(vmap)) throw ValueErr{"verified must be a dict (request id -> draft tokens)"};
+
+    // events first: requests that left since the last step
+    fin_.clear();
+    ab_.clear();
+    pop_all(finished, fin_);
+    pop_all(aborted, ab_);
+
+    // the rows that emitted tokens (rows still in prefill emit none and are left out)
+    handles_v_.clear();
+    rows_.clear();
+    ntok_.clear();
+    nprompt_.clear();
+    caps_.clear();
+    acc_.clear();
+    emit_.clear();
+    ended_.clear();
+    ended_ids_.clear();
+    IntColumn num_tokens(num_tokens_obj.ptr(), "num_tokens");
+    IntColumn num_prompt(num_prompt_obj.ptr(), "num_prompt_tokens");
+    if (num_tokens.size < num_rows || num_prompt.size < num_rows)
+      throw ValueErr{"num_tokens and num_prompt_tokens need an entry for each of the " + std::to_string(num_rows) +
+                     " rows"};
+    bool all_rows = true;
+    for (Py_ssize_t j = 0; j < num_rows; ++j) {
+      PyObject* toks = PyList_GET_ITEM(rows_new, j);
+      const Py_ssize_t e = PyList_Check(toks) ? PyList_GET_SIZE(toks) : checked_len(toks);
+      if (e == 0) {
+        all_rows = false;
+        continue;
+      }
+      PyObject* rid = PyList_GET_ITEM(ids, j);
+      int64_t h;
+      PyObject* hv = PyDict_GetItemWithError(hmap, rid);
+      if (hv) {
+        h = as_i64(hv);
+      } else {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        h = next_handle++;
+        py::object hobj = py::reinterpret_steal<py::object>(checked(PyLong_FromLongLong(h)));
+        if (PyDict_SetItem(hmap, rid, hobj.ptr()) != 0) throw py::error_already_set();
+      }
+      auto it = rules_.find(h);
+      if (it == rules_.end()) it = rules_.emplace(h, rule_of(describe, rid)).first;
+      const RequestRule& rule = it->second;
+      int64_t drafted = 0;
+      if (vmap) {
+        PyObject* d = PyDict_GetItemWithError(vmap, rid);
+        if (d) {
+          drafted = checked_len(d);
+        } else if (PyErr_Occurred()) {
+          throw py::error_already_set();
+        }
+      }
+      const int64_t n = num_tokens[j];
+      const int64_t np = num_prompt[j];
+      bool ended = false;
+      if (rule.can_end) {
+        ended = (rule.max_output >= 0 && n - np >= rule.max_output) || n >= end_len;
+        if (!ended && !rule.stops.empty()) {
+          for (Py_ssize_t i = 0; i < e && !ended; ++i) {
+            PyObject* t = PyList_Check(toks) ? PyList_GET_ITEM(toks, i) : nullptr;
+            py::object keep;
+            if (!t) {
+              keep = py::reinterpret_steal<py::object>(checked(PySequence_GetItem(toks, i)));
+              t = keep.ptr();
+            }
+            const int64_t tok = as_i64(t);
+            for (int32_t s : rule.stops) ended |= (tok == s);
+          }
+        }
+      }
+      handles_v_.push_back(h);
+      rows_.push_back((int64_t)j);
+      ntok_.push_back(n);
+      nprompt_.push_back(np);
+      caps_.push_back(rule.speculates && !ended ? std::min(budget, max_len - n) : std::min<int64_t>(0, max_len - n));
+      // every emitted token but the last (bonus or correction) was an accepted draft token
+      acc_.push_back(drafted > 0 ? std::min<int64_t>(e - 1, drafted) : -1);
+      emit_.push_back(e);
+      if (ended) {
+        ended_.push_back(h);
+        ended_ids_.push_back(rid);
+      }
+    }
+    (void)all_rows;
+
+    // the engine's token buffer, as is: row j's history is buffer[rows[j], :num_tokens[j]]
+    // read in place when it is a C-contiguous int32 array (an engine's token buffer usually is), else an int32 copy
+    Buffer held;
+    py::object copy_holder;  // (an array_t default-constructs a numpy array: not on this path)
+    const int32_t* data;
+    int64_t nbuf, width;
+    py::object arr_obj = py::isinstance<py::array>(token_buffer) ? py::reinterpret_borrow<py::object>(token_buffer)
+                                                                 : py::object();
+    py::array arr = arr_obj ? py::reinterpret_steal<py::array>(arr_obj.release()) : py::reinterpret_steal<py::array>(py::handle());
+    if (arr && arr.ndim() == 2 && arr.itemsize() == 4 && arr.dtype().kind() == 'i' &&
+        (arr.flags() & py::array::c_style)) {
+      data = (const int32_t*)arr.data();
+      nbuf = (int64_t)arr.shape(0);
+      width = (int64_t)arr.shape(1);
+    } else if (held.get(token_buffer.ptr(), PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) && held.view.ndim == 2 &&
+               held.view.itemsize == 4 && (held.format() == 'i' || held.format() == 'l')) {
+      data = (const int32_t*)held.view.buf;
+      nbuf = (int64_t)held.view.shape[0];
+      width = (int64_t)held.view.shape[1];
+    } else {
+      auto copy = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(token_buffer);
+      if (!copy) throw py::error_already_set();
+      copy_holder = copy;
+      if (copy.ndim() != 2) throw ValueErr{"the token buffer must be an (N, L) array"};
+      data = copy.data();
+      nbuf = (int64_t)copy.shape(0);
+      width = (int64_t)copy.shape(1);
+    }
+    const size_t m = handles_v_.size();
+    offs_.resize(m);
+    starts_.assign(m, 0);
+    for (size_t r = 0; r < m; ++r) {
+      if (rows_[r] >= nbuf) throw ValueErr{"rows must lie in 0.." + std::to_string(nbuf - 1)};
+      offs_[r] = rows_[r] * width;
+    }
+    StepInput in;
+    in.num_rows = m;
+    in.handles = handles_v_.data();
+    in.tokens = data;
+    in.tokens_size = nbuf * width;
+    in.row_offset = offs_.data();
+    in.row_start = starts_.data();
+    in.num_prompt = nprompt_.data();
+    in.num_tokens = ntok_.data();
+    in.num_accepted = acc_.data();
+    in.num_emitted = emit_.data();
+    in.caps = caps_.data();
+    in.finished = fin_.data();
+    in.num_finished = fin_.size();
+    in.aborted = ab_.data();
+    in.num_aborted = ab_.size();
+    in.vocab_size = vocab_size_;
+    in.tree = tree_;
+    StepCounts ended_counts;
+    {
+      py::gil_scoped_release rel;
+      std::lock_guard<std::mutex> lk(core.mu);
+      DraftLengthController* ctl = core.ctl.get();
+      if (ctl && scored_tokens >= 0) ctl->cost_model().observe(scored_tokens, scored_seconds, nullptr);
+      core.stepper.run(core.core, ctl, in, out_);
+      // requests this step's tokens ended: into the global cache now
+      for (int64_t h : ended_) {
+        if (!core.core.has(h)) continue;
+        core.core.finish(h);
+        if (ctl) ctl->forget(h);
+        ended_counts.finished += 1;
+      }
+    }
+    for (int64_t h : fin_) rules_.erase(h);
+    for (int64_t h : ab_) rules_.erase(h);
+    for (size_t i = 0; i < ended_.size(); ++i) {  // the engine's finish notice will find them gone
+      rules_.erase(ended_[i]);
+      if (PyDict_DelItem(hmap, ended_ids_[i]) != 0) PyErr_Clear();  // listed twice: gone already
+    }
+
+    // the engine's list[list[int]]: one list per batch row, [] for rows without a draft
+    const int64_t vmax = vocab_size_ > 0 ? vocab_size_ : (int64_t)INT32_MAX + 1;
+    py::list res(num_rows);
+    const int32_t* t = out_.tokens.data();
+    size_t a = 0;
+    int64_t drafts = 0;
+    size_t filled = 0;
+    if ((int64_t)figures.length_counts.size() < budget + 1) figures.length_counts.resize((size_t)std::max<int64_t>(budget + 1, 1), 0);
+    for (size_t r = 0; r < m; ++r) {
+      const int64_t k = out_.lengths[r];
+      if (k < 0 || k > std::max<int64_t>(0, caps_[r]))
+        throw ValueErr{"drafter returned a draft of " + std::to_string(k) + " tokens for row " +
+                       std::to_string(rows_[r]) + " (at most " + std::to_string(std::max<int64_t>(0, caps_[r])) +
+                       " allowed)"};
+      if (a + (size_t)k > out_.tokens.size()) throw ValueErr{"drafter returned fewer tokens than its lengths say"};
+      PyObject* row = checked(PyList_New((Py_ssize_t)k));
+      PyList_SET_ITEM(res.ptr(), (Py_ssize_t)rows_[r], row);
+      for (int64_t i = 0; i < k; ++i) {
+        const int32_t tok = t[a + (size_t)i];
+        if (tok < 0 || (int64_t)tok >= vmax)
+          throw ValueErr{"drafter proposed token id " + std::to_string(tok) + ", outside the vocabulary (0.." +
+                         std::to_string(vmax - 1) + ")"};
+        PyList_SET_ITEM(row, (Py_ssize_t)i, checked(PyLong_FromLong(tok)));
+      }
+      a += (size_t)k;
+      drafts += k > 0;
+      if ((size_t)k >= figures.length_counts.size()) figures.length_counts.resize((size_t)k + 1, 0);
+      figures.length_counts[(size_t)k] += 1;
+      ++filled;
+    }
+    if (a != out_.tokens.size())
+      throw ValueErr{"drafter returned " + std::to_string(out_.tokens.size()) + " tokens for lengths adding up to " +
+                     std::to_string(a)};
+    if (filled < (size_t)num_rows)
+      for (Py_ssize_t j = 0; j < num_rows; ++j)
+        if (!PyList_GET_ITEM(res.ptr(), j)) PyList_SET_ITEM(res.ptr(), j, checked(PyList_New(0)));
+
+    const StepCounts& c = out_.counts;
+    stats.started += c.started;
+    stats.finished += c.finished + ended_counts.finished;
+    stats.aborted += c.aborted;
+    stats.accepted += c.accepted;
+    stats.drafts += drafts;
+    stats.drafted += (int64_t)out_.tokens.size();
+    figures.rows += (int64_t)m;
+    figures.drafts += drafts;
+    figures.draft_tokens += (int64_t)out_.tokens.size();
+    const int64_t ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    stats.draft_ns += ns;
+    total_ns += ns;
+    return res;
+  }
+
+ private:
+  static Py_ssize_t checked_len(PyObject* o) {
+    const Py_ssize_t n = PyObject_Length(o);
+    if (n < 0) throw pybind11::error_already_set();
+    return n;
+  }
+
+  // Pops each request id of `ids` from the handle map; the handles it held go to `out`.
+  void pop_all(pybind11::handle ids, std::vector<int64_t>& out) {
+    if (ids.is_none()) return;
+    PyObject* hmap = handles_.ptr();
+    for (pybind11::handle rid : ids) {
+      PyObject* hv = PyDict_GetItemWithError(hmap, rid.ptr());
+      if (!hv) {
+        if (PyErr_Occurred()) throw pybind11::error_already_set();
+        continue;
+      }
+      out.push_back(engine_step_detail::as_i64(hv));
+      if (PyDict_DelItem(hmap, rid.ptr()) != 0) throw pybind11::error_already_set();
+    }
+  }
+
+  static RequestRule rule_of(pybind11::handle describe, PyObject* rid) {
+    RequestRule rule;
+    if (describe.is_none()) return rule;
+    pybind11::object d = describe(pybind11::handle(rid));
+    if (d.is_none()) return rule;
+    pybind11::tuple t = d.cast<pybind11::tuple>();
+    if (t.size() != 3) throw ValueErr{"describe(req_id) must return None or (speculates, max_output, stop_ids)"};
+    rule.speculates = t[0].cast<bool>();
+    rule.can_end = true;
+    rule.max_output = t[1].is_none() ? -1 : t[1].cast<int64_t>();
+    for (pybind11::handle s : t[2]) rule.stops.push_back(s.cast<int32_t>());
+    return rule;
+  }
+
+  pybind11::dict handles_;
+  int64_t vocab_size_;
+  bool tree_;
+  std::unordered_map<int64_t, RequestRule> rules_;
+  StepOutput out_;
+  std::vector<PyObject*> ended_ids_;  // borrowed from the caller's req_ids during the call
+  std::vector<int64_t> fin_, ab_, handles_v_, rows_, ntok_, nprompt_, caps_, acc_, emit_, ended_, offs_, starts_;
+};
+
+// Registers EngineStep on the extension module (PyCore: the module's SuffixCore wrapper, with
+// `core`, `ctl`, `mu` and `stepper`).
+template <class PyCore>
+void register_engine_step(pybind11::module_& m) {
+  namespace py = pybind11;
+  py::class_<EngineStep>(m, "EngineStep",
+                         "The engine step from the engine's own arrays to its list[list[int]] (engine_step.h).")
+      .def(py::init<py::dict, int64_t, bool>(), py::arg("handles"), py::arg("vocab_size") = 0,
+           py::arg("tree") = false)
+      .def_readwrite("next_handle", &EngineStep::next_handle)
+      .def_readonly("total_ns", &EngineStep::total_ns)
+      .def("step", &EngineStep::step<PyCore>, py::arg("core"), py::arg("req_ids"), py::arg("new_tokens"),
+           py::arg("num_tokens"), py::arg("token_buffer"), py::arg("num_prompt_tokens"), py::arg("verified"),
+           py::arg("budget"), py::arg("max_len"), py::arg("end_len"), py::arg("describe"), py::arg("finished"),
+           py::arg("aborted"), py::arg("scored_tokens") = -1, py::arg("scored_seconds") = 0.0,
+           "One engine step: events, rows (request ids, new tokens, the engine's token buffer), drafts; "
+           "returns one list of draft token ids per row.")
+      .def("clear", &EngineStep::clear, "Forget every request's rule (the drafter dropped its requests).")
+      .def("forget", &EngineStep::forget, py::arg("handle"))
+      .def("take_stats",
+           [](EngineStep& s) {
+             auto t = s.stats;
+             s.stats = EngineStep::Totals{};
+             return py::make_tuple(t.started, t.finished, t.aborted, t.accepted, t.drafts, t.drafted,
+                                   (double)t.draft_ns * 1e-9);
+           },
+           "(started, finished, aborted, accepted, drafts, drafted_tokens, seconds) since the last call.")
+      .def("take_figures",
+           [](EngineStep& s) {
+             auto f = std::move(s.figures);
+             s.figures = EngineStep::Figures{};
+             py::list counts;
+             for (int64_t c : f.length_counts) counts.append(c);
+             return py::make_tuple(f.rows, f.drafts, f.draft_tokens, counts);
+           },
+           "(rows, drafts, draft_tokens, rows per draft length) since the last call.");
+}
+
+}  // namespace specdraft

@@ -1,0 +1,223 @@
+"""vLLM's propose call through the native engine step against its plain-Python twin.
+
+With the native core, ``SpecdraftProposer.propose`` hands vLLM's arguments over as they are to
+one native call (proposers/native/engine_step.h: request ids, the rows' sampled tokens, vLLM's
+token buffer, the drafts verified this step, the pending finish/abort events), which keeps the
+request id -> handle map, the per-request rules (opt-out, stop tokens, max_tokens) and the
+counters. Its plain-Python twin is the adapter's ``StepView.step_rows`` + ``SpecDrafter.step`` +
+``engine_rows`` path (``VllmStep.propose``). Random engine runs drive two proposers, one on each
+path, with the same calls vLLM's runner makes: requests arrive (a prefill step first), emit the
+accepted part of their draft plus one token, are reordered, preempted and resumed, hit stop
+tokens, ``max_tokens`` or ``max_model_len``, are aborted, opt out of speculation; small global
+caches so eviction happens. Every step both must return the same drafts, and at the end the
+same drafter counters, proposer figures and live requests.
+
+The runner and scheduler output are stand-ins holding the fields the adapter reads (no engine
+runs here); the integration tests drive the same path in a real vLLM engine.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdraft.adapters import vllm_adapter, vllm_step
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+VOCAB = 40
+
+
+def _config(k: int, max_model_len: int, options: dict):
+    return SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=k, specdraft_options=options),
+        model_config=SimpleNamespace(max_model_len=max_model_len, dtype=None,
+                                     get_vocab_size=lambda: VOCAB))
+
+
+class _Params:
+    def __init__(self, rng: random.Random):
+        self.max_tokens = rng.choice([None, rng.randint(1, 60)])
+        self.stop_token_ids = rng.sample(range(VOCAB), rng.choice([0, 0, 1, 2]))
+        self.eos_token_id = rng.choice([None, VOCAB - 1])
+        self.ignore_eos = rng.random() < 0.2
+        self.extra_args = {"specdraft": {"speculate": False}} if rng.random() < 0.1 else None
+
+
+class _Request:
+    """The runner's CachedRequestState fields the adapter reads."""
+
+    def __init__(self, rng: random.Random, prompt: list[int]):
+        self.sampling_params = None if rng.random() < 0.1 else _Params(rng)
+        self.prompt = prompt
+        self.output_token_ids: list[int] = []
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output_token_ids)
+
+
+def _stream(rng: random.Random, n: int, motifs: list[list[int]]) -> list[int]:
+    out: list[int] = []
+    while len(out) < n:
+        out.extend(rng.choice(motifs) if rng.random() < 0.7 else [rng.randrange(VOCAB)])
+    return out[:n]
+
+
+def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monkeypatch) -> None:
+    from specdraft.plugins.vllm import SpecdraftProposer
+
+    adapter = vllm_adapter()
+    rng = random.Random(seed)
+    native = SpecdraftProposer(_config(k, max_model_len, options))
+    twin = SpecdraftProposer(_config(k, max_model_len, options))
+    twin.steps.use_native = False
+    assert native.steps.engine is not None and native.drafter.native
+    clock = [1000.0]  # the step timings both controllers learn from must be the same
+    monkeypatch.setattr(vllm_step, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    motifs = [[rng.randrange(VOCAB) for _ in range(rng.randint(2, 6))] for _ in range(6)]
+    requests: dict[str, _Request] = {}
+    batch: list[str] = []          # the runner's rows, in order
+    prefill: set[str] = set()      # rows whose first step is their prefill
+    paused: list[str] = []         # preempted requests, back later
+    ended: list[tuple[str, bool]] = []  # reported with the next step (finished_req_ids)
+    last: dict[str, list[int]] = {}     # each request's draft from the previous step
+    next_id = 0
+    for step in range(steps):
+        for rid, _ in ended:  # the runner drops requests that ended (their events may be lost)
+            requests.pop(rid, None)
+        for _ in range(rng.choice([0, 0, 0, 1, 2]) if batch else 2):
+            rid = f"r{next_id}"
+            next_id += 1
+            requests[rid] = _Request(rng, _stream(rng, rng.randint(1, 30), motifs))
+            batch.append(rid)
+            prefill.add(rid)
+        if paused and rng.random() < 0.3:
+            batch.append(paused.pop(rng.randrange(len(paused))))
+        if len(batch) > 1 and rng.random() < 0.3:
+            rng.shuffle(batch)
+        # the tokens each row emits: the accepted prefix of its draft, then one more
+        sampled, scheduled = [], {}
+        for rid in batch:
+            req = requests[rid]
+            if rid in prefill:
+                prefill.discard(rid)
+                sampled.append([])
+                continue
+            draft = last.pop(rid, [])
+            if draft:
+                scheduled[rid] = draft
+            acc = rng.randint(0, len(draft)) if rng.random() < 0.8 else 0
+            bonus = rng.randrange(VOCAB) if rng.random() < 0.5 else rng.choice(motifs)[0]
+            toks = draft[:acc] + [bonus]
+            toks = toks[:max(1, max_model_len - req.num_tokens)]
+            req.output_token_ids.extend(toks)
+            sampled.append(toks)
+        num_rows = len(batch)
+        buf = np.zeros((num_rows + 2, max_model_len), dtype=np.int32)
+        num_tokens = np.zeros(num_rows + 2, dtype=np.int32)
+        num_prompt = np.zeros(num_rows + 2, dtype=np.int32)
+        for i, rid in enumerate(batch):
+            req = requests[rid]
+            hist = req.prompt + req.output_token_ids
+            buf[i, :len(hist)] = hist
+            num_tokens[i], num_prompt[i] = len(hist), len(req.prompt)
+        input_batch = SimpleNamespace(req_ids=list(batch), num_prompt_tokens=num_prompt,
+                                      token_ids_cpu=buf, num_tokens_no_spec=num_tokens)
+        runner = SimpleNamespace(input_batch=input_batch, requests=requests)
+        out = SimpleNamespace(scheduled_spec_decode_tokens=scheduled,
+                              num_spec_tokens_to_schedule=rng.choice([0, k, max(1, k - 2)]))
+        view = adapter.StepView(runner, out)
+        started_at = clock[0] - rng.choice([0.001, 0.02, 0.3])
+        scored = sum(map(len, sampled)) + sum(map(len, scheduled.values()))
+        answers = []
+        begin = rng.random() < 0.9 or step == 0  # else the step's events never arrive
+        for prop in (native, twin):
+            if begin:
+                prop.specdraft_step_begin(adapter.StepBegin(list(ended), scored, started_at))
+            prop.specdraft_bind(view)
+            answers.append(prop.propose(sampled, num_tokens, buf, slot_mappings=None))
+            prop.specdraft_bind(None)
+        assert native.figures["errors"] == twin.figures["errors"] == 0, f"step {step}"
+        assert answers[0] == answers[1], f"step {step}"
+        drafts = answers[0]
+        assert len(drafts) == num_rows
+        ended = []
+        for i, rid in enumerate(list(batch)):
+            req = requests[rid]
+            assert len(drafts[i]) <= k and req.num_tokens + len(drafts[i]) < max_model_len or not drafts[i]
+            if (sampled[i] and adapter.stopped_in_step(req, max_model_len, len(sampled[i]))
+                    or req.num_tokens >= max_model_len - 1):  # the scheduler's length limit
+                batch.remove(rid)
+                ended.append((rid, False))
+            elif rng.random() < 0.03:
+                batch.remove(rid)
+                ended.append((rid, True))
+            elif rng.random() < 0.04 and rid not in prefill:
+                batch.remove(rid)
+                paused.append(rid)
+            elif drafts[i]:
+                last[rid] = drafts[i]
+    for prop in (native, twin):
+        prop._count_lengths()
+    stats = [p.drafter.stats.as_dict() for p in (native, twin)]
+    for s in stats:
+        s.pop("draft_time_s")
+        s.pop("update_time_s")
+    assert stats[0] == stats[1]
+    for key in ("rows", "proposed_drafts", "proposed_draft_tokens", "steps", "errors"):
+        assert native.figures[key] == twin.figures[key], key
+    assert native._length_counts.tolist() == twin._length_counts.tolist()
+    assert sorted(native.drafter.req_ids()) == sorted(twin.drafter.req_ids())
+    assert native.drafter.core.global_tokens() == twin.drafter.core.global_tokens()
+    assert stats[0]["drafts"] > 0
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32 - 1), strategy=st.sampled_from(["suffix", "tree"]),
+       adaptive=st.booleans(), cache=st.sampled_from([50, 400, 100000]),
+       k=st.sampled_from([1, 4, 16]))
+def test_native_engine_step_matches_python_twin(seed, strategy, adaptive, cache, k, monkeypatch):
+    options = {"strategy": strategy, "adaptive": adaptive, "global_cache_tokens": cache,
+               "native": True, "cost_model": "gpu", "max_depth": 12}
+    _run(seed, options, k, max_model_len=96, steps=70, monkeypatch=monkeypatch)  # past RETAIN_EVERY
+
+
+def test_a_bad_token_in_vllms_buffer_costs_one_step_of_drafts_not_the_engine():
+    """A failure inside the native step (here a token id outside the vocabulary in vLLM's
+    buffer) returns no drafts for the step, is counted, and the next step drafts again."""
+    from specdraft.plugins.vllm import SpecdraftProposer
+
+    adapter = vllm_adapter()
+    prop = SpecdraftProposer(_config(4, 64, {"native": True, "cost_model": "gpu"}))
+    assert prop.steps.engine is not None
+    hist = [3, 4, 5, 3, 4, 5, 3, 4]
+    buf = np.zeros((1, 64), dtype=np.int32)
+    buf[0, :8] = hist
+    req = SimpleNamespace(sampling_params=None, output_token_ids=[4], num_tokens=8)
+
+    def call(sampled, n):
+        batch = SimpleNamespace(req_ids=["a"], num_prompt_tokens=np.array([7], dtype=np.int32))
+        view = adapter.StepView(SimpleNamespace(input_batch=batch, requests={"a": req}),
+                                SimpleNamespace(scheduled_spec_decode_tokens={},
+                                                num_spec_tokens_to_schedule=4))
+        prop.specdraft_bind(view)
+        try:
+            return prop.propose(sampled, np.array([n], dtype=np.int32), buf)
+        finally:
+            prop.specdraft_bind(None)
+
+    buf[0, 3] = VOCAB + 5  # out of range: the engine step refuses the row
+    assert call([[4]], 8) == [[]]
+    assert prop.figures["errors"] == 1 and prop.drafter.stats.errors == 1
+    buf[0, 3] = 3
+    assert call([[4]], 8)[0][:3] == [5, 3, 4]
+    assert prop.figures["errors"] == 1
+    assert prop.tracked
