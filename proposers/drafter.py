@@ -262,10 +262,7 @@ class SpecDrafter:
                 raise KeyError(f"unknown request id {req_id!r}: start() it first")
             t0 = time.perf_counter()
             self.core.finish(h)
-            if self.controller is not None:
-                self.controller.forget(h)
-            if self._engine is not None:
-                self._engine.forget(h)
+            self._forget(h)
             self._stats.finished += 1
             self._stats.update_time_s += time.perf_counter() - t0
 
@@ -275,11 +272,15 @@ class SpecDrafter:
             if h is None:
                 return  # aborting twice, or a request we never saw, is harmless
             self.core.abort(h)
-            if self.controller is not None:
-                self.controller.forget(h)
-            if self._engine is not None:
-                self._engine.forget(h)
+            self._forget(h)
             self._stats.aborted += 1
+
+    def _forget(self, h: int) -> None:
+        """Drop a request's controller and engine-step state (its index state is already gone)."""
+        if self.controller is not None:
+            self.controller.forget(h)
+        if self._engine is not None:
+            self._engine.forget(h)
 
     def load_corpus(self, sequences: Iterable[Sequence[int]]) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdraft.proposers.suffix_core import SuffixCore as PySuffixCore
+from streams import markov_stream
 from specdraft.proposers.suffix_index import SuffixIndex as PySuffixIndex
 
 # The native index ships with the package: a missing build is a failure, not a skip.
@@ -39,20 +40,6 @@ SETTINGS = settings(max_examples=120, deadline=None,
 
 
 # ----------------------------------------------------------------------------- helpers
-def markov_stream(rng: random.Random, n: int, vocab: int, repeat: float = 0.3) -> list[int]:
-    """Tokens from a sticky Markov chain with copied spans: repeats and branching guaranteed."""
-    out: list[int] = []
-    while len(out) < n:
-        if out and rng.random() < repeat:
-            a = rng.randrange(len(out))
-            out.extend(out[a:a + rng.randint(1, 12)])
-        elif out and rng.random() < 0.5:
-            out.append((out[-1] * 7 + 3) % vocab)
-        else:
-            out.append(rng.randrange(vocab))
-    return out[:n]
-
-
 def grams_upto(seqs: list[list[int]], d: int) -> Counter:
     c: Counter = Counter()
     for s in seqs:

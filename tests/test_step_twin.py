@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specdraft.adapters.request_sync import RequestSync, Row
+from streams import markov_stream
 from specdraft.proposers import make_drafter
 from specdraft.proposers.controller import COST_MODELS, CostModel, DraftLengthController, cost_spec
 
@@ -126,17 +127,7 @@ def test_native_controller_chooses_what_the_python_controller_chooses(seed, mode
 
 
 # ----------------------------------------------------------------------- engine simulation
-def _stream(rng: random.Random, n: int, vocab: int) -> list[int]:
-    out: list[int] = []
-    while len(out) < n:
-        if out and rng.random() < 0.35:
-            a = rng.randrange(len(out))
-            out.extend(out[a:a + rng.randint(1, 10)])
-        elif out and rng.random() < 0.5:
-            out.append((out[-1] * 5 + 1) % vocab)
-        else:
-            out.append(rng.randrange(vocab))
-    return out[:n]
+STREAM = dict(repeat=0.35, span=10, mul=5, add=1)
 
 
 class Engine:
@@ -148,14 +139,15 @@ class Engine:
         self.live: dict[str, dict] = {}   # req_id -> {"tokens", "prompt", "n"}
         self.ended: list[str] = []
         self.dropped: list[str] = []
-        self.shared = _stream(rng, 200, vocab)  # text every request may quote
+        self.shared = markov_stream(rng, 200, vocab, **STREAM)  # text every request may quote
 
     def admit(self) -> None:
         rid = f"r{self.next_id}"
         self.next_id += 1
         r = self.rng
-        prompt = self.shared[r.randrange(150):][:r.randint(1, 30)] + _stream(r, r.randint(0, 20), self.vocab)
-        full = prompt + _stream(r, self.max_len, self.vocab)
+        prompt = (self.shared[r.randrange(150):][:r.randint(1, 30)]
+                  + markov_stream(r, r.randint(0, 20), self.vocab, **STREAM))
+        full = prompt + markov_stream(r, self.max_len, self.vocab, **STREAM)
         for _ in range(r.randint(0, 3)):  # the answer quotes shared text
             a = r.randrange(len(prompt), len(full) - 1)
             q = self.shared[r.randrange(180):][:r.randint(3, 20)]
