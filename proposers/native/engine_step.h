@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "controller.h"
+#include "py_convert.h"
 #include "step.h"
 #include "suffix_core.h"
 
@@ -36,17 +37,6 @@ namespace specdraft {
 namespace engine_step_detail {
 
 namespace py = pybind11;
-
-inline PyObject* checked(PyObject* o) {
-  if (!o) throw py::error_already_set();
-  return o;
-}
-
-inline int64_t as_i64(PyObject* o) {
-  long long v = PyLong_AsLongLong(o);
-  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return (int64_t)v;
-}
 
 // A buffer held for the duration of a call (no copy).
 struct Buffer {
@@ -203,11 +193,11 @@ class EngineStep {
       int64_t h;
       PyObject* hv = PyDict_GetItemWithError(hmap, rid);
       if (hv) {
-        h = as_i64(hv);
+        h = to_i64(hv);
       } else {
         if (PyErr_Occurred()) throw py::error_already_set();
         h = next_handle++;
-        py::object hobj = py::reinterpret_steal<py::object>(checked(PyLong_FromLongLong(h)));
+        py::object hobj = py::reinterpret_steal<py::object>(new_ref_or_throw(PyLong_FromLongLong(h)));
         if (PyDict_SetItem(hmap, rid, hobj.ptr()) != 0) throw py::error_already_set();
       }
       auto it = rules_.find(h);
@@ -232,10 +222,10 @@ class EngineStep {
             PyObject* t = PyList_Check(toks) ? PyList_GET_ITEM(toks, i) : nullptr;
             py::object keep;
             if (!t) {
-              keep = py::reinterpret_steal<py::object>(checked(PySequence_GetItem(toks, i)));
+              keep = py::reinterpret_steal<py::object>(new_ref_or_throw(PySequence_GetItem(toks, i)));
               t = keep.ptr();
             }
-            const int64_t tok = as_i64(t);
+            const int64_t tok = to_i64(t);
             for (int32_t s : rule.stops) ended |= (tok == s);
           }
         }
@@ -345,14 +335,14 @@ class EngineStep {
                        std::to_string(rows_[r]) + " (at most " + std::to_string(std::max<int64_t>(0, caps_[r])) +
                        " allowed)"};
       if (a + (size_t)k > out_.tokens.size()) throw ValueErr{"drafter returned fewer tokens than its lengths say"};
-      PyObject* row = checked(PyList_New((Py_ssize_t)k));
+      PyObject* row = new_ref_or_throw(PyList_New((Py_ssize_t)k));
       PyList_SET_ITEM(res.ptr(), (Py_ssize_t)rows_[r], row);
       for (int64_t i = 0; i < k; ++i) {
         const int32_t tok = t[a + (size_t)i];
         if (tok < 0 || (int64_t)tok >= vmax)
           throw ValueErr{"drafter proposed token id " + std::to_string(tok) + ", outside the vocabulary (0.." +
                          std::to_string(vmax - 1) + ")"};
-        PyList_SET_ITEM(row, (Py_ssize_t)i, checked(PyLong_FromLong(tok)));
+        PyList_SET_ITEM(row, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(tok)));
       }
       a += (size_t)k;
       drafts += k > 0;
@@ -365,7 +355,7 @@ class EngineStep {
                      std::to_string(a)};
     if (filled < (size_t)num_rows)
       for (Py_ssize_t j = 0; j < num_rows; ++j)
-        if (!PyList_GET_ITEM(res.ptr(), j)) PyList_SET_ITEM(res.ptr(), j, checked(PyList_New(0)));
+        if (!PyList_GET_ITEM(res.ptr(), j)) PyList_SET_ITEM(res.ptr(), j, new_ref_or_throw(PyList_New(0)));
 
     const StepCounts& c = out_.counts;
     stats.started += c.started;
@@ -401,7 +391,7 @@ class EngineStep {
         if (PyErr_Occurred()) throw pybind11::error_already_set();
         continue;
       }
-      out.push_back(engine_step_detail::as_i64(hv));
+      out.push_back(to_i64(hv));
       if (PyDict_DelItem(hmap, rid.ptr()) != 0) throw pybind11::error_already_set();
     }
   }

@@ -18,6 +18,7 @@
 
 #include "controller.h"
 #include "engine_step.h"
+#include "py_convert.h"
 #include "step.h"
 #include "suffix_core.h"
 #include "suffix_index.h"
@@ -28,31 +29,7 @@ using namespace specdraft;
 namespace {
 
 // ----------------------------------------------------------------------- argument conversion
-// The one conversion of a Python integer (int, numpy integer, anything with __index__) to C++:
-// TypeError / OverflowError from Python itself when it is not one or exceeds 64 bits.
-int64_t to_i64(PyObject* o) {
-  long long v;
-  if (PyLong_CheckExact(o)) {
-    v = PyLong_AsLongLong(o);
-  } else {
-    PyObject* i = PyNumber_Index(o);
-    if (!i) throw py::error_already_set();
-    v = PyLong_AsLongLong(i);
-    Py_DECREF(i);
-  }
-  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return (int64_t)v;
-}
-
-// A token id: to_i64, then it must fit in int32.
-int32_t to_token(PyObject* o) {
-  const int64_t v = to_i64(o);
-  if (v < INT32_MIN || v > INT32_MAX) {
-    PyErr_Format(PyExc_OverflowError, "token %lld does not fit in int32", (long long)v);
-    throw py::error_already_set();
-  }
-  return (int32_t)v;
-}
+// to_i64 / to_token / new_ref_or_throw: py_convert.h (shared with engine_step.h).
 
 template <typename T>
 void copy_strided(const char* base, Py_ssize_t n, Py_ssize_t stride, std::vector<int32_t>& out) {
@@ -136,11 +113,6 @@ std::vector<int64_t> ints_of(py::handle obj) {
 }
 
 // ------------------------------------------------------------------------------- results
-PyObject* new_ref_or_throw(PyObject* o) {
-  if (!o) throw py::error_already_set();
-  return o;
-}
-
 py::tuple draft_tuple(const int32_t* toks, const int32_t* parents, const double* probs, size_t n,
                       int64_t match_len) {
   PyObject* t = new_ref_or_throw(PyList_New((Py_ssize_t)n));
