@@ -110,6 +110,18 @@ class DrafterStats:
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def add_step_counts(self, counts: Sequence[int], seconds: float) -> None:
+        """Fold one engine step's counts in, as the native step returns them: (requests started,
+        finished, aborted, accepted tokens, drafts, drafted tokens), plus the step's draft time."""
+        started, n_fin, n_ab, accepted, drafts, drafted = counts
+        self.requests += started
+        self.finished += n_fin
+        self.aborted += n_ab
+        self.accepted_tokens += accepted
+        self.drafts += drafts
+        self.drafted_tokens += drafted
+        self.draft_time_s += seconds
+
 
 class Drafter(Protocol):
     def start(self, req_id: str, prompt_token_ids: Sequence[int]) -> None: ...

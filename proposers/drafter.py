@@ -396,15 +396,7 @@ class SpecDrafter:
                 toks, lengths, counts = self._step_python(
                     handles, tokens, num_tokens, num_prompt_tokens, caps, rows, token_offsets,
                     num_accepted, num_emitted, fin, ab, max_len)
-            st = self._stats
-            started, n_fin, n_ab, accepted, drafts, drafted = counts
-            st.requests += started
-            st.finished += n_fin
-            st.aborted += n_ab
-            st.accepted_tokens += accepted
-            st.drafts += drafts
-            st.drafted_tokens += drafted
-            st.draft_time_s += time.perf_counter() - t0
+            self._stats.add_step_counts(counts, time.perf_counter() - t0)
             return StepDrafts(toks, lengths)
 
     @property
@@ -577,15 +569,8 @@ class SpecDrafter:
         return self._stats
 
     def _take_engine_stats(self) -> None:
-        started, n_fin, n_ab, accepted, drafts, drafted, seconds = self._engine.take_stats()
-        st = self._stats
-        st.requests += started
-        st.finished += n_fin
-        st.aborted += n_ab
-        st.accepted_tokens += accepted
-        st.drafts += drafts
-        st.drafted_tokens += drafted
-        st.draft_time_s += seconds
+        *counts, seconds = self._engine.take_stats()
+        self._stats.add_step_counts(counts, seconds)
 
     def metrics(self) -> dict:
         with self._lock:
