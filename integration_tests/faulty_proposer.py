@@ -7,17 +7,21 @@ import numpy as np
 from specdraft.plugins.vllm import SuffixProposer
 
 
-class FaultyDrafter:
-    """Wraps a real drafter's step: raises, over-drafts and proposes impossible tokens now and
-    then (the plain-Python step path); its native engine step is wrapped by FaultyEngine."""
+class _Wrapped:
+    """Passes everything but ``step`` through to the wrapped object; counts step calls."""
 
-    def __init__(self, drafter, vocab_size: int):
-        self.inner = drafter
+    def __init__(self, inner, vocab_size: int):
+        self.inner = inner
         self.vocab_size = vocab_size
         self.calls = 0
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+
+class FaultyDrafter(_Wrapped):
+    """Wraps a real drafter's step: raises, over-drafts and proposes impossible tokens now and
+    then (the plain-Python step path); its native engine step is wrapped by FaultyEngine."""
 
     def step(self, req_ids, *args, **kwargs):
         self.calls += 1
@@ -36,23 +40,14 @@ class FaultyDrafter:
             return StepDrafts(np.full(len(req_ids), self.vocab_size + 5, dtype=np.int32), lengths)
         return out
 
-
     def native_engine_step(self):
         engine, core = self.inner.native_engine_step()
         return FaultyEngine(engine, self.vocab_size), core
 
 
-class FaultyEngine:
+class FaultyEngine(_Wrapped):
     """Wraps the drafter's native engine step: raises now and then, and now and then is handed
     vLLM's token buffer with an id outside the vocabulary among a row's new tokens."""
-
-    def __init__(self, engine, vocab_size: int):
-        self.inner = engine
-        self.vocab_size = vocab_size
-        self.calls = 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
 
     def step(self, core, req_ids, new_tokens, num_tokens, token_buffer, *args):
         self.calls += 1
