@@ -182,7 +182,8 @@ class SpecdraftProposer:
         elapsed = time.perf_counter() - start
         self.figures["steps"] += 1
         self.figures["proposer_seconds"] += elapsed
-        self._publish()  # the snapshot is built in the writer's thread (_snapshot)
+        if self.writer is not None:
+            self.writer.publish()  # built in the writer's thread (_snapshot)
         return drafts
 
     # -- hooks called by specdraft.adapters' runner wrappers -------------------------------------
