@@ -27,6 +27,7 @@ class DrafterConfig:
     max_depth: int = 24                # longest context suffix the index matches on
     global_cache_tokens: int = 1_000_000  # budget of the cache of earlier requests (0: off)
     cache_prompts: bool = False        # also cache finished requests' prompts
+    live_outputs: bool = True          # requests still generating are in the global cache too
     local_weight: int = 6              # weight of the request's own index against the global cache
     corpus_files: tuple[str, ...] = ()  # token corpora drafts may copy from
     max_children: int = 4              # branching of tree drafts
@@ -100,6 +101,7 @@ class DrafterConfig:
              and 0 <= self.global_cache_tokens <= MAX_GLOBAL_CACHE_TOKENS, "global_cache_tokens",
              f"an integer in [0, {MAX_GLOBAL_CACHE_TOKENS}] (0 turns the global cache off)")
         need(isinstance(self.cache_prompts, bool), "cache_prompts", "true or false")
+        need(isinstance(self.live_outputs, bool), "live_outputs", "true or false")
         need(is_int(self.local_weight) and 1 <= self.local_weight <= 64, "local_weight",
              "an integer in [1, 64]")
         need(all(isinstance(f, str) and f for f in self.corpus_files), "corpus_files",

@@ -49,7 +49,7 @@ def make_core(cfg: DrafterConfig):
     kwargs = dict(max_depth=cfg.max_depth, global_cache_tokens=cfg.global_cache_tokens,
                   max_children=cfg.max_children if cfg.strategy == "tree" else 1,
                   min_path_prob=cfg.min_path_prob, cache_prompts=cfg.cache_prompts,
-                  local_weight=cfg.local_weight)
+                  local_weight=cfg.local_weight, live_outputs=cfg.live_outputs)
     cls = native_core_class() if cfg.native in ("auto", True) else None
     if cls is None and cfg.native is True:
         raise SpecdraftConfigError("invalid specdraft option native=True: the native extension "

@@ -8,6 +8,12 @@ drive both with the same random streams.
 
 Requests are named by integer handles; the Python layer above maps engine request ids to them.
 
+Live requests (``live_outputs``). A request's tokens enter the global index as they arrive, as
+its own sequence, so requests running side by side draft from each other's output so far (the
+same prompt answered twice at once, one agent's file read by another); at finish that sequence
+becomes the cached one (or is dropped when it does not fit), on abort it is removed. A request
+also meets its own output in the global index: it repeats evidence the local index already has.
+
 Draft probabilities. At a draft node each index whose match is still alive gives a next-token
 distribution from continuation counts, ``c / (sum(c) + kappa / d)`` where d is the matched
 length: thin evidence is shrunk (one sighting after a 1-token match gives 0.5), but a long match
@@ -30,7 +36,7 @@ _LOCAL_SEQ = 0
 
 
 class _Request:
-    __slots__ = ("index", "num_prompt", "hint_local", "hint_global")
+    __slots__ = ("index", "num_prompt", "hint_local", "hint_global", "global_seq")
 
     def __init__(self, max_depth: int):
         self.index = SuffixIndex(max_depth)
@@ -38,12 +44,13 @@ class _Request:
         self.num_prompt = 0
         self.hint_local = max_depth
         self.hint_global = max_depth
+        self.global_seq = -1  # its sequence in the global index while live (live_outputs)
 
 
 class SuffixCore:
     def __init__(self, max_depth: int = 24, global_cache_tokens: int = 1_000_000,
                  max_children: int = 4, min_path_prob: float = 0.02, kappa: float = 1.0,
-                 cache_prompts: bool = False, local_weight: int = 1):
+                 cache_prompts: bool = False, local_weight: int = 1, live_outputs: bool = False):
         self.max_depth = max_depth
         self.global_cache_tokens = global_cache_tokens
         self.max_children = max_children
@@ -51,6 +58,9 @@ class SuffixCore:
         self.kappa = kappa
         self.local_weight = local_weight
         self.cache_prompts = cache_prompts
+        # live requests' tokens enter the global index as they are generated (a cache of size 0
+        # holds nothing, live or finished)
+        self.live_outputs = bool(live_outputs) and global_cache_tokens > 0
         self.global_index = SuffixIndex(max_depth)
         self._requests: dict[int, _Request] = {}
         self._fifo: deque[tuple[int, int]] = deque()  # (global seq id, tokens), oldest first
@@ -65,11 +75,19 @@ class SuffixCore:
         r = _Request(self.max_depth)
         r.index.extend(_LOCAL_SEQ, prompt)
         r.num_prompt = len(prompt)
+        if self.live_outputs:
+            r.global_seq = self._next_seq
+            self._next_seq += 1
+            self.global_index.add_sequence(r.global_seq)
+            if self.cache_prompts:
+                self.global_index.extend(r.global_seq, prompt)
         self._requests[handle] = r
 
     def extend(self, handle: int, tokens) -> None:
         r = self._requests[handle]
         r.index.extend(_LOCAL_SEQ, tokens)
+        if r.global_seq >= 0:
+            self.global_index.extend(r.global_seq, tokens)
         n = len(tokens)
         r.hint_local += n
         r.hint_global += n
@@ -81,21 +99,35 @@ class SuffixCore:
         return len(self._requests[handle].index.seqs[_LOCAL_SEQ])
 
     def abort(self, handle: int) -> None:
-        del self._requests[handle]
+        r = self._requests.pop(handle)
+        if r.global_seq >= 0:  # an aborted request's tokens are not cached
+            self.global_index.remove(r.global_seq)
 
     def finish(self, handle: int) -> None:
         r = self._requests.pop(handle)
+        if r.global_seq >= 0:  # already indexed while it ran: keep it (or not) as a finished one
+            g = self.global_index
+            g.close(r.global_seq)
+            n = len(g.seqs[r.global_seq])
+            if 0 < n <= self.global_cache_tokens:
+                self._cache(r.global_seq, n)
+            else:
+                g.remove(r.global_seq)
+            return
         toks = r.index.seqs[_LOCAL_SEQ]
         if not self.cache_prompts:
             toks = toks[r.num_prompt:]
         if 0 < len(toks) <= self.global_cache_tokens:
-            sid = self._add_global(toks)
-            self._fifo.append((sid, len(toks)))
-            self.cached_tokens += len(toks)
-            while self.cached_tokens > self.global_cache_tokens:
-                old, n = self._fifo.popleft()
-                self.global_index.remove(old)
-                self.cached_tokens -= n
+            self._cache(self._add_global(toks), len(toks))
+
+    def _cache(self, sid: int, n: int) -> None:
+        """Keep the finished sequence ``sid`` (n tokens) in the FIFO; evict oldest past the budget."""
+        self._fifo.append((sid, n))
+        self.cached_tokens += n
+        while self.cached_tokens > self.global_cache_tokens:
+            old, k = self._fifo.popleft()
+            self.global_index.remove(old)
+            self.cached_tokens -= k
 
     def load_corpus(self, tokens) -> None:
         if len(tokens):

@@ -233,6 +233,7 @@ CORE_PARAMS = st.fixed_dictionaries({
     "kappa": st.sampled_from([0.0, 0.5, 1.0, 2.5]),
     "cache_prompts": st.booleans(),
     "local_weight": st.sampled_from([1, 2, 6]),
+    "live_outputs": st.booleans(),
 })
 
 
@@ -334,7 +335,8 @@ def _core_twin_long_sessions(seed):
                   max_children=[1, 2, 3, 4, 4, 6, 2, 3][seed],
                   min_path_prob=[0.0, 0.02, 0.02, 0.05, 0.02, 0.01, 0.1, 0.0][seed],
                   kappa=[1.0, 0.5, 1.0, 2.0, 1.0, 1.0, 0.25, 3.0][seed],
-                  cache_prompts=bool(seed % 2), local_weight=[1, 6, 2, 1, 6, 3, 1, 6][seed])
+                  cache_prompts=bool(seed % 2), local_weight=[1, 6, 2, 1, 6, 3, 1, 6][seed],
+                  live_outputs=seed % 4 < 2)
     py, nat = PySuffixCore(**params), native.SuffixCore(**params)
     if seed % 3 == 0:
         c = markov_stream(rng, 200, vocab)
@@ -360,9 +362,14 @@ def _core_twin_long_sessions(seed):
             tls.append(truth[h][:k])
             truth[h] = truth[h][k:]
         want = []
-        for h, t, b in zip(hs, tls, budgets):
-            py.extend(h, t)
-            want.append(py.draft(h, b, tree))
+        if step % 3 == 1:  # every request's tokens first, then the drafts (what an engine step does)
+            for h, t in zip(hs, tls):
+                py.extend(h, t)
+            want = [py.draft(h, b, tree) for h, b in zip(hs, budgets)]
+        else:  # request by request
+            for h, t, b in zip(hs, tls, budgets):
+                py.extend(h, t)
+                want.append(py.draft(h, b, tree))
         if step % 3 == 0:
             got = nat.step_batch(hs, tls, budgets, tree)
         elif step % 3 == 1:
@@ -543,3 +550,58 @@ def test_index_compact_keeps_answers():
         assert got[1] == want[1] and (got[0] is None) == (want[0] is None)
         if want[0] is not None:
             assert [c[:2] for c in idx.continuations(got[0])] == [c[:2] for c in ref.continuations(want[0])]
+
+
+def test_core_live_outputs_reopened_match():
+    """A request's global match runs past a closed node (one occurrence); a live request then
+    writes the same gram, opening the node; the first request drafts again without new tokens.
+    The remembered match must be walked again: the probabilities now count both occurrences."""
+    drafts = []
+    for cls in (PySuffixCore, native.SuffixCore):
+        c = cls(max_depth=8, global_cache_tokens=1000, live_outputs=True)
+        c.start(0, [9])
+        c.extend(0, [1, 2, 3, 4, 5, 6, 7])
+        c.finish(0)
+        c.start(1, [8, 8, 2, 3, 4])  # context ends "2 3 4": inside node "2"'s single occurrence
+        first = c.draft(1, 4)
+        c.start(2, [0])
+        c.extend(2, [2, 3, 4, 9, 9])  # live: "2 3 4" again, then a different continuation
+        drafts.append((first, c.draft(1, 4)))
+    (py_first, py_again), (nat_first, nat_again) = drafts
+    assert nat_first == py_first and nat_again == py_again
+    assert py_again[0] == [5, 6, 7] and py_again[2][0] < py_first[2][0]  # 5 is now one of two
+
+
+def test_core_twin_live_outputs_between_drafts():
+    """Live requests' tokens enter the global index while another request's last global match
+    is remembered: a match that ran past a closed node which then opened must be walked again.
+    Requests draft several times between other requests' extends (the remembered-match path)."""
+    for seed in range(6):
+        rng = random.Random(300 + seed)
+        vocab = [3, 5, 8, 12, 20, 40][seed]
+        params = dict(max_depth=[4, 6, 8, 12, 16, 24][seed], global_cache_tokens=3000,
+                      max_children=[1, 3][seed % 2], live_outputs=True)
+        py, nat = PySuffixCore(**params), native.SuffixCore(**params)
+        source = markov_stream(rng, 400, vocab)
+        for h in range(3):  # finished requests: long closed paths in the global index
+            for c in (py, nat):
+                c.start(h, source[:5])
+                c.extend(h, source[40 * h: 40 * h + 120])
+                c.finish(h)
+        live = {}
+        for h in range(3, 9):
+            p = source[rng.randrange(300):][:rng.randint(3, 30)]
+            live[h] = source[rng.randrange(300):][:150] if rng.random() < 0.7 else markov_stream(rng, 150, vocab)
+            for c in (py, nat):
+                c.start(h, p)
+        for step in range(600):
+            h = rng.choice(list(live))
+            if rng.random() < 0.5 and live[h]:
+                k = rng.randint(1, 3)
+                t, live[h] = live[h][:k], live[h][k:]
+                for c in (py, nat):
+                    c.extend(h, t)
+            tree = rng.random() < 0.3
+            assert nat.draft(h, 8, tree) == py.draft(h, 8, tree), (seed, step)
+        same_state(py, nat)
+        nat.check_global()

@@ -31,7 +31,7 @@ struct Draft {
 class SuffixCore {
  public:
   SuffixCore(int max_depth, int64_t global_cache_tokens, int64_t max_children, double min_path_prob,
-             double kappa, bool cache_prompts, int64_t local_weight = 1)
+             double kappa, bool cache_prompts, int64_t local_weight = 1, bool live_outputs = false)
       : D_(max_depth),
         global_cache_tokens_(global_cache_tokens),
         max_children_(max_children),
@@ -39,6 +39,7 @@ class SuffixCore {
         kappa_(kappa),
         local_weight_(local_weight),
         cache_prompts_(cache_prompts),
+        live_outputs_(live_outputs && global_cache_tokens > 0),
         global_(max_depth, 1024, page_shift_for(global_cache_tokens)) {}
 
   // node pages of about a sixteenth of a full cache (~3.5 nodes per token), 32 KiB to 2 MiB
@@ -56,6 +57,7 @@ class SuffixCore {
   double kappa() const { return kappa_; }
   int64_t local_weight() const { return local_weight_; }
   bool cache_prompts() const { return cache_prompts_; }
+  bool live_outputs() const { return live_outputs_; }
   int64_t cached_tokens() const { return cached_tokens_; }
   int64_t corpus_tokens() const { return corpus_tokens_; }
   int64_t num_requests() const { return (int64_t)requests_.size(); }
@@ -83,6 +85,11 @@ class SuffixCore {
     auto r = std::make_unique<Request>(D_, n);
     r->index.extend_slot(0, prompt, n);
     r->num_prompt = (int64_t)n;
+    if (live_outputs_) {
+      r->global_seq = next_seq_++;
+      r->global_slot = global_.add_sequence(r->global_seq);
+      if (cache_prompts_) global_.extend_slot(r->global_slot, prompt, n);
+    }
     requests_.emplace(h, std::move(r));
   }
 
@@ -93,7 +100,9 @@ class SuffixCore {
   void abort(int64_t h) {
     auto it = requests_.find(h);
     if (it == requests_.end()) throw KeyErr{h, ""};
+    const int64_t gs = it->second->global_seq;
     requests_.erase(it);
+    if (gs >= 0) global_.remove(gs);  // an aborted request's tokens are not cached
   }
 
   void finish(int64_t h) {
@@ -101,24 +110,41 @@ class SuffixCore {
     if (it == requests_.end()) throw KeyErr{h, ""};
     std::unique_ptr<Request> r = std::move(it->second);
     requests_.erase(it);
+    if (r->global_seq >= 0) {  // already indexed while it ran: keep it (or not) as a finished one
+      const int64_t sid = r->global_seq;
+      r.reset();
+      global_.close(sid);
+      const int64_t n = (int64_t)global_.tokens(sid).size();
+      if (0 < n && n <= global_cache_tokens_) {
+        cache(sid, n);
+      } else {
+        global_.remove(sid);
+      }
+      return;
+    }
     const std::vector<int32_t>& all = r->index.tokens_of_slot(0);
     const int64_t skip = cache_prompts_ ? 0 : std::min<int64_t>(r->num_prompt, (int64_t)all.size());
     const int64_t n = (int64_t)all.size() - skip;
     if (0 < n && n <= global_cache_tokens_) {
       const int64_t sid = add_global(all.data() + skip, (size_t)n);
       r.reset();  // free the local index before the global one grows
-      fifo_.emplace_back(sid, n);
-      cached_tokens_ += n;
-      bool evicted = false;
-      while (cached_tokens_ > global_cache_tokens_) {
-        auto old = fifo_.front();
-        fifo_.pop_front();
-        global_.remove(old.first);
-        cached_tokens_ -= old.second;
-        evicted = true;
-      }
-      if (evicted) maybe_compact();
+      cache(sid, n);
     }
+  }
+
+  // Python SuffixCore._cache: keep finished sequence sid (n tokens), evict oldest past the budget
+  void cache(int64_t sid, int64_t n) {
+    fifo_.emplace_back(sid, n);
+    cached_tokens_ += n;
+    bool evicted = false;
+    while (cached_tokens_ > global_cache_tokens_) {
+      auto old = fifo_.front();
+      fifo_.pop_front();
+      global_.remove(old.first);
+      cached_tokens_ -= old.second;
+      evicted = true;
+    }
+    if (evicted) maybe_compact();
   }
 
   void load_corpus(const int32_t* toks, size_t n) {
@@ -165,6 +191,10 @@ class SuffixCore {
     int64_t memo_len = 0;
     int64_t memo_n = 0;
     uint64_t memo_ver = ~0ull;
+    uint64_t memo_shape = ~0ull;
+    // its sequence in the global index while live (live_outputs), else -1
+    int64_t global_seq = -1;
+    int32_t global_slot = -1;
     Request(int D, size_t prompt_len) : index(D, slots_for(prompt_len)), hint_local(D), hint_global(D) {
       index.add_sequence(0);
     }
@@ -181,7 +211,7 @@ class SuffixCore {
   void prefetch_req(const Request& r, const int32_t* toks, size_t n) const {
     if (n == 0) return;
     r.index.prefetch_append(0, toks[0]);
-    if (r.memo_ver == global_.version() && r.memo_len > 0) {
+    if (r.memo_shape == global_.shape_version() && r.memo_len > 0) {
       // the global match extends its last state by toks[0] first: node and hash slot
       __builtin_prefetch(&global_.node_ref(r.memo_st.node));
       if (r.memo_st.extra == 0) global_.prefetch_child_slot(r.memo_st.node, toks[0]);
@@ -190,6 +220,7 @@ class SuffixCore {
 
   void extend_req(Request& r, const int32_t* toks, size_t n) {
     r.index.extend_slot(0, toks, n);
+    if (r.global_slot >= 0) global_.extend_slot(r.global_slot, toks, n);
     r.hint_local += (int64_t)n;
     r.hint_global += (int64_t)n;
   }
@@ -306,10 +337,16 @@ class SuffixCore {
     len = 0;
     const int64_t L0 = std::min<int64_t>(std::min<int64_t>(hi, D_), n);
     bool done = false;
-    if (L0 > 0 && r.memo_ver == global_.version() && r.memo_n <= n && hi == r.memo_len + (n - r.memo_n)) {
+    if (L0 > 0 && r.memo_shape == global_.shape_version() && r.memo_n <= n &&
+        hi == r.memo_len + (n - r.memo_n)) {
       State st = r.memo_len > 0 ? r.memo_st : State{kRoot, 0};
+      // Appends since the memo (live requests' tokens) only add occurrences: the memo's gram
+      // still occurred, and the loop below still yields the longest valid L <= hi. Its state
+      // stays valid unless it ran past a closed node that has since opened: walk it again.
+      if (r.memo_ver != global_.version() && st.extra > 0 && global_.is_open(st.node))
+        st = global_.walk(ctx + (r.memo_n - r.memo_len), r.memo_len);
+      bool ok = st.valid();
       int64_t L = r.memo_len;
-      bool ok = true;
       for (int64_t j = r.memo_n; j < n && ok; ++j) {
         if (L == D_) {
           st = global_.suffix_state(st, ctx, j);
@@ -383,6 +420,7 @@ class SuffixCore {
     r.memo_len = len;
     r.memo_n = n;
     r.memo_ver = global_.version();
+    r.memo_shape = global_.shape_version();
     return res;
   }
 
@@ -505,6 +543,7 @@ class SuffixCore {
   double kappa_;
   int64_t local_weight_;
   bool cache_prompts_;
+  bool live_outputs_;
   SuffixIndex global_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
   std::deque<std::pair<int64_t, int64_t>> fifo_;

@@ -155,8 +155,9 @@ struct PyCore {
   Stepper stepper;
   StepOutput step_out;
   PyCore(int max_depth, int64_t global_cache_tokens, int64_t max_children, double min_path_prob, double kappa,
-         bool cache_prompts, int64_t local_weight)
-      : core(max_depth, global_cache_tokens, max_children, min_path_prob, kappa, cache_prompts, local_weight) {}
+         bool cache_prompts, int64_t local_weight, bool live_outputs)
+      : core(max_depth, global_cache_tokens, max_children, min_path_prob, kappa, cache_prompts, local_weight,
+             live_outputs) {}
 };
 
 using Lock = std::lock_guard<std::mutex>;
@@ -579,9 +580,10 @@ PYBIND11_MODULE(_suffix_native, m) {
   py::class_<PyCore>(m, "SuffixCore",
                      "Suffix drafting over a per-request index and a global cache (native twin of "
                      "specdraft.proposers.suffix_core.SuffixCore; identical drafts).")
-      .def(py::init<int, int64_t, int64_t, double, double, bool, int64_t>(), py::arg("max_depth") = 24,
+      .def(py::init<int, int64_t, int64_t, double, double, bool, int64_t, bool>(), py::arg("max_depth") = 24,
            py::arg("global_cache_tokens") = 1000000, py::arg("max_children") = 4, py::arg("min_path_prob") = 0.02,
-           py::arg("kappa") = 1.0, py::arg("cache_prompts") = false, py::arg("local_weight") = 1)
+           py::arg("kappa") = 1.0, py::arg("cache_prompts") = false, py::arg("local_weight") = 1,
+           py::arg("live_outputs") = false)
       .def_property_readonly("max_depth", [](PyCore& s) { return s.core.max_depth(); })
       .def_property_readonly("global_cache_tokens", [](PyCore& s) { return s.core.global_cache_tokens(); })
       .def_property_readonly("max_children", [](PyCore& s) { return s.core.max_children(); })
@@ -589,6 +591,7 @@ PYBIND11_MODULE(_suffix_native, m) {
       .def_property_readonly("kappa", [](PyCore& s) { return s.core.kappa(); })
       .def_property_readonly("local_weight", [](PyCore& s) { return s.core.local_weight(); })
       .def_property_readonly("cache_prompts", [](PyCore& s) { return s.core.cache_prompts(); })
+      .def_property_readonly("live_outputs", [](PyCore& s) { return s.core.live_outputs(); })
       .def_property_readonly("cached_tokens",
                              core_call(&SuffixCore::cached_tokens))
       .def_property_readonly("corpus_tokens",

@@ -55,6 +55,9 @@ class SuffixIndex {
 
   int max_depth() const { return D_; }
   uint64_t version() const { return version_; }  // changes with every update
+  // changes when nodes may have been freed or renumbered (remove, compact), not on appends: a
+  // state taken before appends still names the same gram, except (node, extra > 0) once node opened
+  uint64_t shape_version() const { return shape_version_; }
   int64_t num_tokens() const { return num_tokens_; }
   int64_t num_nodes() const { return (int64_t)nodes_.size() - (int64_t)free_.size() - zombies_; }
 
@@ -212,6 +215,7 @@ class SuffixIndex {
     nodes_[kRoot].cnt -= (int32_t)n;
     num_tokens_ -= n;
     version_ += 1;
+    shape_version_ += 1;
     free_dead(dead);
     // drop the sequence
     ids_.erase(seq);
@@ -518,6 +522,7 @@ class SuffixIndex {
     for (size_t i = 0; i < nodes_.size(); ++i)
       if (nodes_[i].open && child_count(nodes_[i]) > heavy_threshold()) heavy_promote((int32_t)i);
     version_ += 1;
+    shape_version_ += 1;
   }
 
   // Python check(): verify invariants (and the native structures); throws AssertErr.
@@ -609,6 +614,7 @@ class SuffixIndex {
     std::vector<int32_t>().swap(free_seqs_);
     std::unordered_map<int64_t, int32_t>().swap(ids_);
     version_ += 1;
+    shape_version_ += 1;
   }
 
   // ---------------------------------------------------------------------------- heavy nodes
@@ -817,6 +823,7 @@ class SuffixIndex {
   std::vector<int32_t> heavy_touched_;
   int64_t num_tokens_ = 0;
   uint64_t version_ = 0;
+  uint64_t shape_version_ = 0;
 };
 
 }  // namespace specdraft
