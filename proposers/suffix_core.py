@@ -8,11 +8,13 @@ drive both with the same random streams.
 
 Requests are named by integer handles; the Python layer above maps engine request ids to them.
 
-Live requests (``live_outputs``). A request's tokens enter the global index as they arrive, as
-its own sequence, so requests running side by side draft from each other's output so far (the
-same prompt answered twice at once, one agent's file read by another); at finish that sequence
-becomes the cached one (or is dropped when it does not fit), on abort it is removed. A request
-also meets its own output in the global index: it repeats evidence the local index already has.
+Live requests (``live_outputs``). While other requests are live, a request's tokens enter the
+global index as they arrive, as its own sequence, so requests running side by side draft from
+each other's output so far (the same prompt answered twice at once, one agent's file read by
+another); at finish that sequence becomes the cached one (or is dropped when it does not fit), on
+abort it is removed. A request alone defers its tokens (nobody could draft from them) and catches
+up at its first extend with company, or at finish, so a single stream pays nothing for this. A
+request also meets its own output in the global index: it repeats evidence the local index has.
 
 Draft probabilities. At a draft node each index whose match is still alive gives a next-token
 distribution from continuation counts, ``c / (sum(c) + kappa / d)`` where d is the matched
@@ -36,7 +38,7 @@ _LOCAL_SEQ = 0
 
 
 class _Request:
-    __slots__ = ("index", "num_prompt", "hint_local", "hint_global", "global_seq")
+    __slots__ = ("index", "num_prompt", "hint_local", "hint_global", "global_seq", "global_from")
 
     def __init__(self, max_depth: int):
         self.index = SuffixIndex(max_depth)
@@ -45,6 +47,7 @@ class _Request:
         self.hint_local = max_depth
         self.hint_global = max_depth
         self.global_seq = -1  # its sequence in the global index while live (live_outputs)
+        self.global_from = 0  # position of its next token to enter that sequence
 
 
 class SuffixCore:
@@ -79,18 +82,24 @@ class SuffixCore:
             r.global_seq = self._next_seq
             self._next_seq += 1
             self.global_index.add_sequence(r.global_seq)
-            if self.cache_prompts:
-                self.global_index.extend(r.global_seq, prompt)
+            r.global_from = 0 if self.cache_prompts else len(prompt)
         self._requests[handle] = r
 
     def extend(self, handle: int, tokens) -> None:
         r = self._requests[handle]
         r.index.extend(_LOCAL_SEQ, tokens)
-        if r.global_seq >= 0:
-            self.global_index.extend(r.global_seq, tokens)
+        if r.global_seq >= 0 and len(self._requests) > 1:
+            self._catch_up(r)
         n = len(tokens)
         r.hint_local += n
         r.hint_global += n
+
+    def _catch_up(self, r: _Request) -> None:
+        """Index the request's tokens the global index does not hold yet."""
+        toks = r.index.seqs[_LOCAL_SEQ]
+        if r.global_from < len(toks):
+            self.global_index.extend(r.global_seq, toks[r.global_from:])
+            r.global_from = len(toks)
 
     def has(self, handle: int) -> bool:
         return handle in self._requests
@@ -105,7 +114,8 @@ class SuffixCore:
 
     def finish(self, handle: int) -> None:
         r = self._requests.pop(handle)
-        if r.global_seq >= 0:  # already indexed while it ran: keep it (or not) as a finished one
+        if r.global_seq >= 0:  # indexed while it ran: keep it (or not) as a finished one
+            self._catch_up(r)
             g = self.global_index
             g.close(r.global_seq)
             n = len(g.seqs[r.global_seq])

@@ -88,7 +88,7 @@ class SuffixCore {
     if (live_outputs_) {
       r->global_seq = next_seq_++;
       r->global_slot = global_.add_sequence(r->global_seq);
-      if (cache_prompts_) global_.extend_slot(r->global_slot, prompt, n);
+      r->global_from = cache_prompts_ ? 0 : (int64_t)n;
     }
     requests_.emplace(h, std::move(r));
   }
@@ -110,7 +110,8 @@ class SuffixCore {
     if (it == requests_.end()) throw KeyErr{h, ""};
     std::unique_ptr<Request> r = std::move(it->second);
     requests_.erase(it);
-    if (r->global_seq >= 0) {  // already indexed while it ran: keep it (or not) as a finished one
+    if (r->global_seq >= 0) {  // indexed while it ran: keep it (or not) as a finished one
+      catch_up(*r);
       const int64_t sid = r->global_seq;
       r.reset();
       global_.close(sid);
@@ -195,6 +196,7 @@ class SuffixCore {
     // its sequence in the global index while live (live_outputs), else -1
     int64_t global_seq = -1;
     int32_t global_slot = -1;
+    int64_t global_from = 0;  // position of its next token to enter that sequence
     Request(int D, size_t prompt_len) : index(D, slots_for(prompt_len)), hint_local(D), hint_global(D) {
       index.add_sequence(0);
     }
@@ -220,9 +222,19 @@ class SuffixCore {
 
   void extend_req(Request& r, const int32_t* toks, size_t n) {
     r.index.extend_slot(0, toks, n);
-    if (r.global_slot >= 0) global_.extend_slot(r.global_slot, toks, n);
+    if (r.global_slot >= 0 && requests_.size() > 1) catch_up(r);  // alone: nobody would read them
     r.hint_local += (int64_t)n;
     r.hint_global += (int64_t)n;
+  }
+
+  // Python SuffixCore._catch_up: index the request's tokens the global index does not hold yet
+  void catch_up(Request& r) {
+    const std::vector<int32_t>& all = r.index.tokens_of_slot(0);
+    const int64_t n = (int64_t)all.size();
+    if (r.global_from < n) {
+      global_.extend_slot(r.global_slot, all.data() + r.global_from, (size_t)(n - r.global_from));
+      r.global_from = n;
+    }
   }
 
   void draft_req(Request& r, int64_t budget, bool tree, Draft& out) {
