@@ -187,11 +187,11 @@ class SuffixCore {
     int64_t num_prompt = 0;
     int64_t hint_local;
     int64_t hint_global;
-    // the last global match: state of ctx[memo_n - memo_len : memo_n] at global version memo_ver
+    // the last global match: state of ctx[memo_n - memo_len : memo_n], taken at global shape
+    // version memo_shape (appends may have come since)
     State memo_st;
     int64_t memo_len = 0;
     int64_t memo_n = 0;
-    uint64_t memo_ver = ~0ull;
     uint64_t memo_shape = ~0ull;
     // its sequence in the global index while live (live_outputs), else -1
     int64_t global_seq = -1;
@@ -354,8 +354,9 @@ class SuffixCore {
       State st = r.memo_len > 0 ? r.memo_st : State{kRoot, 0};
       // Appends since the memo (live requests' tokens) only add occurrences: the memo's gram
       // still occurred, and the loop below still yields the longest valid L <= hi. Its state
-      // stays valid unless it ran past a closed node that has since opened: walk it again.
-      if (r.memo_ver != global_.version() && st.extra > 0 && global_.is_open(st.node))
+      // stays valid unless it ran past a node (extra > 0: the node was closed then) that has
+      // since opened: walk it again.
+      if (st.extra > 0 && global_.is_open(st.node))
         st = global_.walk(ctx + (r.memo_n - r.memo_len), r.memo_len);
       bool ok = st.valid();
       int64_t L = r.memo_len;
@@ -431,7 +432,6 @@ class SuffixCore {
     r.memo_st = res;
     r.memo_len = len;
     r.memo_n = n;
-    r.memo_ver = global_.version();
     r.memo_shape = global_.shape_version();
     return res;
   }

@@ -54,7 +54,6 @@ class SuffixIndex {
   }
 
   int max_depth() const { return D_; }
-  uint64_t version() const { return version_; }  // changes with every update
   // changes when nodes may have been freed or renumbered (remove, compact), not on appends: a
   // state taken before appends still names the same gram, except (node, extra > 0) once node opened
   uint64_t shape_version() const { return shape_version_; }
@@ -120,7 +119,6 @@ class SuffixIndex {
     const int32_t pos = (int32_t)S.toks.size();
     S.toks.push_back(token);
     num_tokens_ += 1;
-    version_ += 1;
     SD_COUNT(C_APPEND, 1);
     const int D = D_;
     int32_t* w = S.window.data();  // windows of *other* sequences may change below, never this one
@@ -214,7 +212,6 @@ class SuffixIndex {
     }
     nodes_[kRoot].cnt -= (int32_t)n;
     num_tokens_ -= n;
-    version_ += 1;
     shape_version_ += 1;
     free_dead(dead);
     // drop the sequence
@@ -521,7 +518,6 @@ class SuffixIndex {
     table_.rebuild(nodes_, ChildTable::capacity_for(live));
     for (size_t i = 0; i < nodes_.size(); ++i)
       if (nodes_[i].open && child_count(nodes_[i]) > heavy_threshold()) heavy_promote((int32_t)i);
-    version_ += 1;
     shape_version_ += 1;
   }
 
@@ -613,7 +609,6 @@ class SuffixIndex {
     std::vector<Seq>().swap(seqs_);
     std::vector<int32_t>().swap(free_seqs_);
     std::unordered_map<int64_t, int32_t>().swap(ids_);
-    version_ += 1;
     shape_version_ += 1;
   }
 
@@ -822,7 +817,6 @@ class SuffixIndex {
   std::vector<Cont> scratch_;
   std::vector<int32_t> heavy_touched_;
   int64_t num_tokens_ = 0;
-  uint64_t version_ = 0;
   uint64_t shape_version_ = 0;
 };
 
