@@ -38,7 +38,7 @@ _LOCAL_SEQ = 0
 
 
 class _Request:
-    __slots__ = ("index", "num_prompt", "hint_local", "hint_global", "global_seq", "global_from")
+    __slots__ = ("index", "num_prompt", "hint_local", "hint_global", "global_seq")
 
     def __init__(self, max_depth: int):
         self.index = SuffixIndex(max_depth)
@@ -47,7 +47,6 @@ class _Request:
         self.hint_local = max_depth
         self.hint_global = max_depth
         self.global_seq = -1  # its sequence in the global index while live (live_outputs)
-        self.global_from = 0  # position of its next token to enter that sequence
 
 
 class SuffixCore:
@@ -82,7 +81,6 @@ class SuffixCore:
             r.global_seq = self._next_seq
             self._next_seq += 1
             self.global_index.add_sequence(r.global_seq)
-            r.global_from = 0 if self.cache_prompts else len(prompt)
         self._requests[handle] = r
 
     def extend(self, handle: int, tokens) -> None:
@@ -95,11 +93,13 @@ class SuffixCore:
         r.hint_global += n
 
     def _catch_up(self, r: _Request) -> None:
-        """Index the request's tokens the global index does not hold yet."""
+        """Index the request's tokens the global index does not hold yet (its sequence there
+        holds them from the first output token on, or from the first prompt token with
+        ``cache_prompts``)."""
         toks = r.index.seqs[_LOCAL_SEQ]
-        if r.global_from < len(toks):
-            self.global_index.extend(r.global_seq, toks[r.global_from:])
-            r.global_from = len(toks)
+        have = (0 if self.cache_prompts else r.num_prompt) + len(self.global_index.seqs[r.global_seq])
+        if have < len(toks):
+            self.global_index.extend(r.global_seq, toks[have:])
 
     def has(self, handle: int) -> bool:
         return handle in self._requests

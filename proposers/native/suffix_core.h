@@ -88,7 +88,6 @@ class SuffixCore {
     if (live_outputs_) {
       r->global_seq = next_seq_++;
       r->global_slot = global_.add_sequence(r->global_seq);
-      r->global_from = cache_prompts_ ? 0 : (int64_t)n;
     }
     requests_.emplace(h, std::move(r));
   }
@@ -196,7 +195,6 @@ class SuffixCore {
     // its sequence in the global index while live (live_outputs), else -1
     int64_t global_seq = -1;
     int32_t global_slot = -1;
-    int64_t global_from = 0;  // position of its next token to enter that sequence
     Request(int D, size_t prompt_len) : index(D, slots_for(prompt_len)), hint_local(D), hint_global(D) {
       index.add_sequence(0);
     }
@@ -230,11 +228,10 @@ class SuffixCore {
   // Python SuffixCore._catch_up: index the request's tokens the global index does not hold yet
   void catch_up(Request& r) {
     const std::vector<int32_t>& all = r.index.tokens_of_slot(0);
-    const int64_t n = (int64_t)all.size();
-    if (r.global_from < n) {
-      global_.extend_slot(r.global_slot, all.data() + r.global_from, (size_t)(n - r.global_from));
-      r.global_from = n;
-    }
+    const int64_t have = (cache_prompts_ ? 0 : r.num_prompt) +
+                         (int64_t)global_.tokens_of_slot(r.global_slot).size();
+    if (have < (int64_t)all.size())
+      global_.extend_slot(r.global_slot, all.data() + have, (size_t)((int64_t)all.size() - have));
   }
 
   void draft_req(Request& r, int64_t budget, bool tree, Draft& out) {
