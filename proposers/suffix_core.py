@@ -183,7 +183,7 @@ class SuffixCore:
             for c in conts:
                 total += c[1]
             w = idx.dep[st[0]] + st[1]
-            wm = w if si else w * self.local_weight  # the request's own history counts more
+            wm = self._source_weight(w, si == 0)
             wsum += wm
             for t, c, nst in conts[: self.max_children]:
                 probs[t] = probs.get(t, 0.0) + wm * c / (total + self.kappa / w)
@@ -196,6 +196,11 @@ class SuffixCore:
         out = [(t, p / wsum, nexts[t]) for t, p in probs.items()]
         out.sort(key=lambda x: (-x[1], x[0]))
         return out[: self.max_children]
+
+    def _source_weight(self, matched: int, own: bool) -> int:
+        """Weight of one index's distribution in the mix: its matched length, the request's own
+        history counting ``local_weight`` times more (native: inline in ``SuffixCore::expand``)."""
+        return matched * self.local_weight if own else matched
 
     def draft(self, handle: int, budget: int, tree: bool = False):
         """Draft up to ``budget`` nodes: (token_ids, parents, probs, match_len).
