@@ -98,7 +98,9 @@ parameters above is a custom model (fit one with ``specdraft.costfit`` on other 
 Step timings reported by the adapter correct the model online: each power-of-two bucket of T
 keeps an average of observed / predicted (predicted for the batch last sized, unless the caller
 says which batch ran), applied as a multiplicative correction relative to the lowest bucket
-observed (only the shape matters: the ratio is scale-free).
+observed (only the shape matters: the ratio is scale-free). A bucket not observed yet takes the
+factors of its observed neighbours (interpolated between them; past the highest, the highest's),
+so a pass one size beyond what the engine has run is not priced as the prior alone would.
 
 Everything is deterministic given the same calls in the same order (trace replay relies on it).
 """
@@ -227,10 +229,28 @@ class CostModel:
         return int(math.log2(max(1.0, tokens)))
 
     def _factor(self, bucket: int) -> float:
-        """Observed / predicted cost in ``bucket``, relative to the lowest bucket observed."""
-        obs = self._obs.get(bucket)
-        if obs is None:
+        """Observed / predicted cost in ``bucket``, relative to the lowest bucket observed. A
+        bucket not observed takes its observed neighbours' factors: interpolated between the
+        nearest below and above it, the nearest below past the highest, 1 below the lowest (a
+        pass size the engine has not run yet is priced like the sizes around it, not like the
+        prior: otherwise the first step off the observed sizes looks free)."""
+        if not self._obs:
             return 1.0
+        if bucket in self._obs:
+            return self._observed_factor(self._obs[bucket])
+        below = [b for b in self._obs if b < bucket]
+        if not below:
+            return 1.0
+        lo = max(below)
+        f_lo = self._observed_factor(self._obs[lo])
+        above = [b for b in self._obs if b > bucket]
+        if not above:
+            return f_lo
+        hi = min(above)
+        f_hi = self._observed_factor(self._obs[hi])
+        return f_lo + (f_hi - f_lo) * (bucket - lo) / (hi - lo)
+
+    def _observed_factor(self, obs: list[float]) -> float:
         ref = self._obs[min(self._obs)]
         rel = (obs[0] / obs[1]) / (ref[0] / ref[1])
         w = obs[1] / (obs[1] + self._prior)

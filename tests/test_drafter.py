@@ -255,3 +255,38 @@ def test_controller_learns_per_request_which_match_lengths_hold():
     (f_short, f_long), (flat_short, flat_long) = trained(0.0)
     assert g_short < 0.3 < 0.9 < g_long and f_short == f_long
     assert short < flat_short == flat_long <= long == 8
+
+
+def test_a_wrong_cost_curve_changes_the_draft_length():
+    # the same draft under the engine's curve (flat to 16 tokens, as bf16 on CPU at batch 1)
+    # and under a planted one that says every scored token costs as much as the pass
+    draft = (list(range(-1, 15)), [0.9] * 16)
+    flat = DraftLengthController(CostModel([(1, 1.0), (16, 1.0), (64, 2.0)]), max_waste=64.0)
+    steep = DraftLengthController(CostModel([(1, 1.0), (64, 64.0)]), max_waste=64.0)
+    (k_flat,), (k_steep,) = flat.choose(["r"], [draft]), steep.choose(["r"], [draft])
+    assert k_flat >= 8 and k_steep <= 1, (k_flat, k_steep)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_measured_step_timings_shorten_drafts_the_prior_thought_free(native):
+    # a request echoing its prompt drafts long under a flat prior; step timings that say each
+    # token scored costs two one-token passes make the drafter send short drafts instead (the correction
+    # is relative: it needs passes of more than one size)
+    prompt = list(range(40)) * 3
+    def lengths(report):
+        d = make_drafter({"cost_model": [[1, 1.0], [64, 1.0]], "native": native})
+        d.start("r", prompt)
+        d.extend("r", [0], None)
+        out = []
+        for step in range(30):
+            (tree,) = d.draft_batch(["r"], 16)
+            k = len(tree.best_path().token_ids)
+            out.append(k)
+            d.extend("r", prompt[(step * 17 + 1) % 40:][:k + 1] or [1], k)
+            if report:  # this pass, and a pass without a draft (what the engine also runs)
+                d.report_step(1 + k, 0.02 * (1 + k))
+                d.report_step(1, 0.01)
+        return out
+    free, measured = lengths(False), lengths(True)
+    assert min(free[5:]) >= 8, free
+    assert sum(measured[-15:]) < sum(free[-15:]) / 2, (free, measured)

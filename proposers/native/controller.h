@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <unordered_map>
@@ -97,12 +98,23 @@ class CostModel {
 
   static int bucket(double tokens) { return (int)std::log2(std::max(1.0, tokens)); }
 
-  // observed / predicted cost in `b`, relative to the lowest bucket observed
+  // observed / predicted cost in `b`, relative to the lowest bucket observed; a bucket not
+  // observed takes its observed neighbours' (interpolated between two, the nearest below it past
+  // the highest, 1 below the lowest)
   double factor(int b) const {
-    auto it = observed_.find(b);
-    if (it == observed_.end()) return 1.0;
+    if (observed_.empty()) return 1.0;
+    auto hi = observed_.lower_bound(b);
+    if (hi != observed_.end() && hi->first == b) return observed_factor(hi->second);
+    if (hi == observed_.begin()) return 1.0;
+    auto lo = std::prev(hi);
+    const double f_lo = observed_factor(lo->second);
+    if (hi == observed_.end()) return f_lo;
+    const double f_hi = observed_factor(hi->second);
+    return f_lo + (f_hi - f_lo) * (double)(b - lo->first) / (double)(hi->first - lo->first);
+  }
+
+  double observed_factor(const Observed& o) const {
     const Observed& ref = observed_.begin()->second;
-    const Observed& o = it->second;
     const double rel = (o.ratio_sum / o.count) / (ref.ratio_sum / ref.count);
     const double w = o.count / (o.count + prior_);
     return 1.0 + w * (rel - 1.0);
