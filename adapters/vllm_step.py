@@ -52,6 +52,10 @@ class VllmStep:
         self.step_started: tuple[int, float] | None = None
         self.speculates = _Speculates()
         self.steps = 0
+        # measured pass cost: (rows, tokens scored) -> [passes, seconds], what the engine's
+        # verification actually costs by batch and tokens (read by benchmarks; bounded by
+        # max_num_seqs x max_num_batched_tokens entries)
+        self.pass_costs: dict[tuple[int, int], list] = {}
         self.use_native = True  # False: the plain-Python path even with the native core
         self.engine: Any = None
         self.set_drafter(drafter)
@@ -86,9 +90,23 @@ class VllmStep:
         else:
             self.step_started = None
             scored, seconds = started[0], time.perf_counter() - started[1]
+            self.count_pass(len(args[0]) if args else len(kwargs["sampled_token_ids"]), scored,
+                            seconds)
         engine, core = self.engine
         return self.view.engine_step(engine, core, args, kwargs, self.num_speculative_tokens,
                                      self.max_model_len, finished, aborted, scored, seconds)
+
+    def count_pass(self, rows: int, tokens: int, seconds: float) -> None:
+        cell = self.pass_costs.get((rows, tokens))
+        if cell is None:
+            self.pass_costs[rows, tokens] = [1, seconds]
+        else:
+            cell[0] += 1
+            cell[1] += seconds
+
+    def measured_pass_costs(self) -> list[list]:
+        """[rows, tokens scored, passes, mean seconds] per shape measured so far."""
+        return [[r, t, n, s / n] for (r, t), (n, s) in sorted(self.pass_costs.items())]
 
     def forget_events(self) -> None:
         """After a failure: the drafter's state is rebuilt from the engine's history."""
@@ -115,7 +133,9 @@ class VllmStep:
             if self.step_started is not None:
                 num_tokens, started_at = self.step_started
                 self.step_started = None
-                self.drafter.report_step(num_tokens, time.perf_counter() - started_at)
+                seconds = time.perf_counter() - started_at
+                self.count_pass(len(sampled_token_ids), num_tokens, seconds)
+                self.drafter.report_step(num_tokens, seconds)
             finished, aborted = self.finished, self.aborted
             self.finished, self.aborted = [], []
             if self.steps % RETAIN_EVERY == 0:

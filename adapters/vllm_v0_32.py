@@ -93,6 +93,10 @@ SOURCE_FIELDS = (
     # what the benchmarks read from generate() outputs (request_spec_counters)
     ("vllm/outputs.py", "CompletionOutput", ("token_ids", "spec_decode_metrics")),
     ("vllm/v1/metrics/stats.py", "RequestSpecDecodeMetrics", ("histogram", "num_draft_tokens")),
+    # per-request timestamps (request_latencies: TTFT and TPOT)
+    ("vllm/outputs.py", "RequestOutput", ("metrics",)),
+    ("vllm/v1/metrics/stats.py", "RequestStateStats",
+     ("first_token_latency", "first_token_ts", "last_token_ts", "num_generation_tokens")),
 )
 # The custom_class call site in GPUModelRunner.propose_draft_token_ids: the drafter's propose is
 # called with these arguments (source text), which propose_arguments() reads by PROPOSE_PARAMS.
@@ -160,10 +164,12 @@ def cost_model_preset(vllm_config: Any) -> str:
         from specdraft.proposers.controller import preset_for_config
 
         return preset_for_config(getattr(vllm_config.model_config, "hf_config", None))
-    import torch
+    return cpu_cost_model(str(getattr(vllm_config.model_config, "dtype", "")))
 
-    dtype = getattr(vllm_config.model_config, "dtype", None)
-    return "cpu-fp32" if dtype == torch.float32 else "cpu-bf16"
+
+def cpu_cost_model(dtype: str) -> str:
+    """The CPU curve for a target dtype ("float32" or "torch.float32": ``cpu-fp32``; else bf16's)."""
+    return "cpu-fp32" if dtype.removeprefix("torch.") == "float32" else "cpu-bf16"
 
 
 def load_tokenizer(vllm_config: Any) -> Any:
@@ -708,6 +714,9 @@ def _worker_drafter_metrics(worker_wrapper: Any) -> dict | None:
     if isinstance(figures, dict):
         out["proposer_seconds"] = float(figures.get("proposer_seconds", 0.0))
         out["proposer_steps"] = int(figures.get("steps", 0))
+    steps = getattr(proposer, "steps", None)
+    if hasattr(steps, "measured_pass_costs"):
+        out["pass_costs"] = steps.measured_pass_costs()
     return out
 
 
@@ -728,6 +737,17 @@ def reset_cross_request_state(llm: Any) -> dict:
     prefix = bool(llm.reset_prefix_cache())
     workers = llm.collective_rpc(RESET_METHOD)
     return {"prefix_cache_reset": prefix, "workers": workers}
+
+
+def engine_schedule(llm: Any) -> dict:
+    """The scheduler settings that decide when an offline ``vllm.LLM``'s requests prefill and
+    decode (``specdraft.replay.EngineSchedule``'s fields)."""
+    cfg = llm.llm_engine.vllm_config
+    sched, cache = cfg.scheduler_config, cfg.cache_config
+    return {"max_num_seqs": int(sched.max_num_seqs),
+            "max_num_batched_tokens": int(sched.max_num_batched_tokens),
+            "block_size": int(cache.block_size),
+            "prefix_caching": bool(cache.enable_prefix_caching)}
 
 
 def drafter_metrics(llm: Any) -> list[dict | None]:
@@ -842,6 +862,25 @@ def benchmark_step_begin(finished: list[tuple[str, bool]], num_scheduled_tokens:
 # engine arguments that make generate() outputs carry per-request spec-decode figures (vLLM's
 # Prometheus registry is per process: with several engines in one process only the last one's
 # global counters survive, so the benchmarks count per request)
+def request_latencies(outputs: Any) -> list[tuple[float | None, float | None]]:
+    """(TTFT, TPOT) in seconds for each ``generate()`` output, as vLLM's serving benchmark
+    defines them: TTFT from arrival to the first token; TPOT the time per output token after
+    the first, (last token - first token) / (output tokens - 1). ``RequestOutput.metrics`` is a
+    ``RequestStateStats`` when the engine logs stats (its first/last token stamps are the engine
+    core's monotonic clock); None where it is missing or the request emitted one token."""
+    out = []
+    for o in outputs:
+        m = getattr(o, "metrics", None)
+        if m is None or not getattr(m, "first_token_ts", 0.0):
+            out.append((None, None))
+            continue
+        n = len(o.outputs[0].token_ids)
+        ttft = m.first_token_latency or None
+        tpot = (m.last_token_ts - m.first_token_ts) / (n - 1) if n > 1 else None
+        out.append((ttft, tpot))
+    return out
+
+
 PER_REQUEST_METRICS_ARGS = {"per_request_spec_decode_metrics": "summary"}
 
 

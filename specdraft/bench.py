@@ -61,11 +61,12 @@ class EnginesOneAtATime:
     def __init__(self, model: str, methods: list[str], k: int, progress, **llm_kwargs):
         self.model, self.configs, self.progress, self.llm_kwargs = (
             model, live.method_configs(k), progress, llm_kwargs)
+        self.dtype = llm_kwargs.get("dtype", "float32")
 
     @contextlib.contextmanager
     def engine(self, method: str):
         # memory may have gone to other processes since the plan: check again before each start
-        live.plan_engines(self.model, 1)
+        live.plan_engines(self.model, 1, self.dtype)
         t0 = time.perf_counter()
         self.progress(f"[bench] starting the vLLM engine for {method} ...")
         llm = live.make_llm(self.model, self.configs[method], **self.llm_kwargs)
@@ -109,29 +110,92 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
                 # one short untimed request (first-call costs), then a clean slate again
                 live.generate(llm, warm, 4)
                 reset = live.reset_cross_request_state(llm)
+                schedule = live.engine_schedule(llm)
                 before = live.proposer_time(llm)
                 if sequential:
-                    outs, secs, per_req = [], 0.0, []
+                    outs, secs, per_req, lat = [], 0.0, [], []
                     for p, n in zip(prompts, maxes):
                         one = live.generate(llm, [p], n, ignore_eos=ignore_eos)
                         outs.extend(one.outputs)
                         secs += one.seconds
                         per_req.append(one.counters)
+                        lat.extend(one.latencies)
                     totals = {k: sum(c[k] for c in per_req) for k in live.COUNTER_KEYS}
-                    res = live.RunResult(outs, secs, dict(totals, per_request=per_req))
+                    res = live.RunResult(outs, secs, dict(totals, per_request=per_req), lat)
                 else:
                     res = live.generate(llm, prompts, maxes, ignore_eos=ignore_eos)
                 after = live.proposer_time(llm) if before is not None else None
+                costs = live.pass_costs(llm) if after is not None else None
             if after is not None:  # specdraft's own figures: time in propose, propose calls
                 res.counters["proposer_seconds"] = after[0] - before[0]
                 res.counters["proposer_steps"] = after[1] - before[1]
+                res.counters["pass_costs"] = costs
             res.counters["cpu_pressure"] = live.cpu_pressure()
             res.counters["reset"] = reset
+            res.counters["schedule"] = schedule
             runs[m].append(res)
+            tpot = _median_ms([t for _, t in res.latencies])
             progress(f"[bench] round {r + 1}/{rounds} {m:<12} {res.tokens / res.seconds:7.1f} tok/s"
-                     f"  accepted {res.counters.get('accepted_tokens', 0):>6}"
+                     f"  TPOT {_ms(tpot):>6} ms  accepted {res.counters.get('accepted_tokens', 0):>6}"
                      f"  (cpu pressure: {res.counters['cpu_pressure'] or 'n/a'})")
     return runs
+
+
+def lookahead_outputs(engines, prompts: list[list[int]], maxes: list[int], k: int) -> list[list[int]]:
+    """No speculation's outputs with ``k`` tokens past each request's limit (untimed, caches
+    cleared after): what the target would have said where a draft at the limit reaches past it
+    (the engine counts those tokens accepted, then cuts the output)."""
+    with engines.engine("none") as llm:
+        out = live.generate(llm, prompts, [m + k for m in maxes]).outputs
+        live.reset_cross_request_state(llm)
+    return out
+
+
+def replay_live(runs: dict, prompts: list[list[int]], k: int, schedule, cost_model: str,
+                progress=None, lookahead: list[list[int]] | None = None) -> dict:
+    """Each method's live rounds replayed offline: the same prompts, that round's own outputs as
+    the truth, all requests sent at once and scheduled as the engine schedules them
+    (``schedule``: an ``EngineSchedule``), the same draft bound and the cost model the live
+    engine planned with. {method: {drafts, drafted_tokens, accepted_tokens}} summed over rounds,
+    beside the live counts they predict. Drafts are judged against ``lookahead`` (no
+    speculation's outputs run past the limits) where a run's output is its prefix."""
+    from specdraft.replay import METHODS, replay_engine
+
+    out = {}
+    for m, rs in runs.items():
+        name = live.REPLAY_METHODS.get(m)
+        if name is None:
+            continue
+        factory = METHODS[name]
+        tot = dict.fromkeys(live.COUNTER_KEYS, 0)
+        for x in rs:
+            truths = lookahead or x.outputs
+            requests = [(p, o, t if t[:len(o)] == o else o)
+                        for p, o, t in zip(prompts, x.outputs, truths) if o]
+            r = replay_engine(factory(cost_model), requests, k, schedule(x))
+            for key in live.COUNTER_KEYS:
+                tot[key] += r[key]
+        out[m] = tot
+        if progress:
+            progress(f"[bench] replayed {m} ({name}): drafted {tot['drafted_tokens']}, accepted "
+                     f"{tot['accepted_tokens']}")
+    return out
+
+
+def run_schedule(run, max_num_seqs: int):
+    """The engine schedule a run had (one request at a time when ``max_num_seqs`` is 1)."""
+    from specdraft.replay import EngineSchedule
+
+    return EngineSchedule(**dict(run.counters["schedule"], max_num_seqs=max_num_seqs))
+
+
+def add_replayed(table: dict, replayed: dict) -> None:
+    """Puts each method's ``replayed`` counts and the live/replayed gaps into its table row."""
+    for m, rep in replayed.items():
+        t = table[m]
+        t["replayed"] = rep
+        t["replay_gap"] = {key: (t[key] / rep[key] - 1 if rep[key] else None)
+                           for key in ("drafted_tokens", "accepted_tokens")}
 
 
 # Rounds disagree when a method's accepted tokens (clock-free: the rounds send the same requests
@@ -139,6 +203,25 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
 # or its per-round speedups against no speculation by more than SPEED_MARGIN (a noisy machine).
 COUNT_MARGIN = 0.05
 SPEED_MARGIN = 0.25
+
+
+def _median_ms(seconds: list) -> float | None:
+    """Median of the values that exist, in milliseconds (None when none does)."""
+    vals = [1e3 * v for v in seconds if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _median(vals: list) -> float | None:
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
 
 
 def mean_acceptance_length(counters: dict) -> float | None:
@@ -158,12 +241,27 @@ def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
         per_round = []
         for b, x in zip(base, rs):
             rc = {k: x.counters.get(k, 0) for k in live.COUNTER_KEYS}
+            tpot = _median_ms([t for _, t in x.latencies])
+            base_tpot = _median_ms([t for _, t in b.latencies])
+            same = [o == e for o, e in zip(x.outputs, ref)]
             per_round.append({"tokens_per_s": x.tokens / x.seconds, "seconds": x.seconds,
                               "speedup": b.seconds / x.seconds,
+                              # vLLM's serving-benchmark latencies: median over requests
+                              "ttft_ms_median": _median_ms([t for t, _ in x.latencies]),
+                              "tpot_ms_median": tpot,
+                              "decode_tokens_per_s": 1e3 / tpot if tpot else None,
+                              "decode_speedup": _ratio(base_tpot, tpot),
+                              "output_tokens": x.tokens,
+                              # target passes each request took (its prefill's first included):
+                              # every output token not accepted from a draft costs one
+                              "target_passes": x.tokens - rc["accepted_tokens"],
                               "mean_acceptance_length": mean_acceptance_length(rc), **rc,
                               "identical_to_no_spec": x.outputs == ref,
+                              "identical_fraction": sum(same) / len(same) if same else 1.0,
                               "cpu_pressure": x.counters.get("cpu_pressure"),
                               "reset": x.counters.get("reset"),
+                              # specdraft's measured passes: [rows, tokens, passes, mean seconds]
+                              "pass_costs": x.counters.get("pass_costs"),
                               "proposer_share": (x.counters["proposer_seconds"] / x.seconds
                                                  if "proposer_seconds" in x.counters else None),
                               "proposer_us_per_step": (
@@ -185,6 +283,16 @@ def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
             "drafts": c["drafts"], "drafted_tokens": c["drafted_tokens"],
             "accepted_tokens": c["accepted_tokens"],
             "identical_to_no_spec": all(p["identical_to_no_spec"] for p in per_round),
+            "identical_fraction": min(p["identical_fraction"] for p in per_round),
+            "target_passes": sum(p["target_passes"] for p in per_round),
+            # tokens each pass verified per request (its own + the draft's)
+            "tokens_verified_per_pass": (sum(p["target_passes"] + p["drafted_tokens"]
+                                             for p in per_round)
+                                         / max(1, sum(p["target_passes"] for p in per_round))),
+            "ttft_ms_median": _median([p["ttft_ms_median"] for p in per_round]),
+            "tpot_ms_median": _median([p["tpot_ms_median"] for p in per_round]),
+            "decode_tokens_per_s_median": _median([p["decode_tokens_per_s"] for p in per_round]),
+            "decode_speedup_median_per_round": _median([p["decode_speedup"] for p in per_round]),
             "rounds": per_round,
             "accepted_spread": count_spread,
             "speedup_spread": speed_spread,
@@ -196,25 +304,53 @@ def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
                                / sum(x.seconds for x in rs)
                                if all("proposer_seconds" in x.counters for x in rs) else None),
         }
+    if PEER in table:  # each method against vLLM suffix, round by round (median of ratios)
+        peer = table[PEER]["rounds"]
+        for t in table.values():
+            t["vs_suffix"] = {
+                "tokens_per_s": _median([p["tokens_per_s"] / q["tokens_per_s"]
+                                         for p, q in zip(t["rounds"], peer)]),
+                "decode": _median([_ratio(q["tpot_ms_median"], p["tpot_ms_median"])
+                                   for p, q in zip(t["rounds"], peer)])}
     return table
+
+
+PEER = "vllm-suffix"  # the built-in every ratio is also taken against
 
 
 def _mal(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
 def format_live_table(table: dict) -> str:
     """The summary over rounds, the cold round, then one line per method and round."""
-    hdr = (f"{'method':<12} {'tok/s':>7} {'x min':>6} {'x med':>6} {'cold':>6} {'MAL':>5} "
-           f"{'drafted':>8} {'accepted':>9} {'identical':>9}")
+    peer = PEER in table
+    hdr = (f"{'method':<12} {'tok/s':>7} {'x min':>6} {'x med':>6} {'cold':>6} {'TTFT ms':>8} "
+           f"{'TPOT ms':>8} {'dec x':>6} " + (f"{'/suffix':>7} {'dec/suf':>7} " if peer else "")
+           + f"{'MAL':>5} {'drafted':>8} {'accepted':>9} {'identical':>9}")
     lines = [hdr, "-" * len(hdr)]
     for m, t in table.items():
+        ident = ("yes" if t["identical_to_no_spec"] else f"{t['identical_fraction']:.0%}")
+        vs = (f"{_x(t['vs_suffix']['tokens_per_s']):>7} {_x(t['vs_suffix']['decode']):>7} "
+              if peer else "")
         lines.append(f"{m:<12} {t['tokens_per_s_median']:>7.1f} {t['speedup_ratio_of_min']:>6.2f} "
                      f"{t['speedup_median_per_round']:>6.2f} {t['cold_speedup']:>6.2f} "
+                     f"{_ms(t['ttft_ms_median']):>8} {_ms(t['tpot_ms_median']):>8} "
+                     f"{_x(t['decode_speedup_median_per_round']):>6} {vs}"
                      f"{_mal(t['mean_acceptance_length']):>5} {t['drafted_tokens']:>8} "
-                     f"{t['accepted_tokens']:>9} {'yes' if t['identical_to_no_spec'] else 'NO':>9}")
-    lines.append("x min: ratio of the fastest rounds to no speculation's; x med: median of per-round "
-                 "ratios; cold: round 1's ratio; MAL: mean acceptance length (1 + accepted / drafts)")
+                     f"{t['accepted_tokens']:>9} {ident:>9}")
+    lines.append("tok/s: end to end (prefill included), median of rounds; x min: ratio of the fastest "
+                 "rounds to no speculation's; x med: median of per-round ratios; cold: round 1's "
+                 "ratio; TTFT, TPOT: vLLM's serving-benchmark definitions, median over requests "
+                 "(then rounds); dec x: decode speed (1/TPOT) against no speculation"
+                 + ("; /suffix, dec/suf: end-to-end and decode speed against vLLM suffix (median "
+                    "of per-round ratios)" if peer else "")
+                 + "; MAL: mean acceptance length (1 + accepted / drafts); identical: outputs "
+                 "token-identical to no speculation (else the share of requests that are)")
     lines.append("")
     lines.append(f"{'round':<5} " + " ".join(f"{m:>22}" for m in table))
     n = len(next(iter(table.values()))["rounds"])
@@ -239,23 +375,55 @@ def format_live_table(table: dict) -> str:
     return "\n".join(lines)
 
 
+def format_replay_gaps(table: dict, cost_model: str) -> str:
+    """Live counts against their offline replay (``replayed``), one line per method."""
+    lines = [f"replay of the live outputs (same prompts, concurrency and draft bound; cost model "
+             f"{cost_model}): live / replayed"]
+    for m, t in table.items():
+        if "replayed" not in t:
+            continue
+        r, g = t["replayed"], t["replay_gap"]
+        lines.append(f"  {m:<12} drafted {t['drafted_tokens']} / {r['drafted_tokens']} "
+                     f"({_pct(g['drafted_tokens'])})  accepted {t['accepted_tokens']} / "
+                     f"{r['accepted_tokens']} ({_pct(g['accepted_tokens'])})  drafts "
+                     f"{t['drafts']} / {r['drafts']}")
+    return "\n".join(lines)
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1%}"
+
+
 def plot_live(table: dict, path: str, title: str) -> None:
-    """Tokens per second by method (bar: median; dots: rounds, round 1 in red) and MAL."""
+    """Tokens per second end to end and decode speed (1/TPOT) by method (bars: medians; dots:
+    rounds, round 1 in red), and what decides speed: draft tokens accepted and rejected per
+    output token (the target passes saved against the extra tokens every pass verifies)."""
     import textwrap
 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     methods = list(table)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
-    axes[0].bar(range(len(methods)), [table[m]["tokens_per_s_median"] for m in methods], color="#9bb7d4")
-    for i, m in enumerate(methods):
-        tps = table[m]["tokens_per_s"]
-        axes[0].scatter([i] * (len(tps) - 1), tps[1:], color="grey", s=12, zorder=3)
-        axes[0].scatter([i], tps[:1], color="tab:red", s=14, zorder=3)
-    axes[0].set_title("tokens per second (bar: median; dots: rounds, red: round 1)", fontsize=9)
-    axes[1].bar(range(len(methods)), [table[m]["mean_acceptance_length"] or 0 for m in methods])
-    axes[1].set_title("mean acceptance length (1 + accepted / drafts)", fontsize=9)
+    xs = range(len(methods))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+    for ax, key, rounds_key, what in (
+            (axes[0], "tokens_per_s_median", "tokens_per_s", "tokens per second, end to end"),
+            (axes[1], "decode_tokens_per_s_median", "decode_tokens_per_s",
+             "decode tokens per second per request (1 / TPOT)")):
+        ax.bar(xs, [table[m][key] or 0 for m in methods], color="#9bb7d4")
+        for i, m in enumerate(methods):
+            vals = [p[rounds_key] for p in table[m]["rounds"]]
+            ax.scatter([i] * (len(vals) - 1), vals[1:], color="grey", s=12, zorder=3)
+            ax.scatter([i], vals[:1], color="tab:red", s=14, zorder=3)
+        ax.set_title(f"{what}\n(bar: median; dots: rounds, red: round 1)", fontsize=9)
+    out = [sum(p["output_tokens"] for p in table[m]["rounds"]) or 1 for m in methods]
+    acc = [table[m]["accepted_tokens"] / n for m, n in zip(methods, out)]
+    rej = [(table[m]["drafted_tokens"] - table[m]["accepted_tokens"]) / n
+           for m, n in zip(methods, out)]
+    axes[2].bar(xs, acc, color="tab:green", label="accepted (a target pass saved each)")
+    axes[2].bar(xs, rej, bottom=acc, color="tab:grey", label="rejected (verified for nothing)")
+    axes[2].set_title("draft tokens per output token", fontsize=9)
+    axes[2].legend(fontsize=8)
     for ax in axes:
         ax.set_xticks(range(len(methods)))
         ax.set_xticklabels(methods, rotation=20)
@@ -264,30 +432,84 @@ def plot_live(table: dict, path: str, title: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def engine_plan(model_dir: str, num_engines: int, progress) -> live.EnginePlan:
+def merged_pass_costs(table: dict, method: str = "specdraft") -> list[list]:
+    """[rows, tokens, passes, mean seconds] over every round of ``method`` (its measured passes)."""
+    cells: dict = {}
+    for p in table.get(method, {}).get("rounds", []):
+        for rows, tokens, n, mean in p.get("pass_costs") or ():
+            c = cells.setdefault((rows, tokens), [0, 0.0])
+            c[0] += n
+            c[1] += n * mean
+    return [[r, t, n, s / n] for (r, t), (n, s) in sorted(cells.items())]
+
+
+def plot_pass_costs(costs: list[list], k: int, path: str, title: str) -> None:
+    """What a target pass cost on the running engine, by tokens scored (left: mean time per
+    shape, dot area = passes, colour = requests in the batch), and the draft lengths the
+    controller chose against it (right: draft tokens per request per decode pass)."""
+    import textwrap
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    if costs:
+        rows = [c[0] for c in costs]
+        sc = axes[0].scatter([c[1] for c in costs], [1e3 * c[3] for c in costs],
+                             s=[4 + 2 * c[2] ** 0.5 for c in costs], c=rows, cmap="viridis")
+        fig.colorbar(sc, ax=axes[0], label="requests in the pass")
+        decode = [c for c in costs if c[1] <= c[0] * (k + 1)]
+        per_req: dict[int, int] = {}
+        for r, t, n, _ in decode:
+            d = round((t - r) / r)
+            per_req[d] = per_req.get(d, 0) + n
+        xs = sorted(per_req)
+        axes[1].bar(xs, [per_req[x] for x in xs], color="#9bb7d4")
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("tokens scored in the pass")
+    axes[0].set_ylabel("ms per pass (mean)")
+    axes[0].set_title("measured pass cost (decode passes and prefill chunks)", fontsize=9)
+    axes[1].set_xlabel("draft tokens per request in the pass (decode passes)")
+    axes[1].set_ylabel("passes")
+    axes[1].set_title("draft lengths chosen", fontsize=9)
+    fig.suptitle(textwrap.fill(title, 120), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def engine_plan(model_dir: str, num_engines: int, progress, dtype: str = "float32") -> live.EnginePlan:
     """The memory plan, printed in one line; MemoryPlanError when not even one engine fits."""
-    plan = live.plan_engines(model_dir, num_engines)
+    plan = live.plan_engines(model_dir, num_engines, dtype)
     progress(f"[bench] {plan.describe()}")
     return plan
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="specdraft bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="specdraft bench", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--traces", required=True, help="trace JSONL from specdraft record (its prompts "
                     "and max_tokens are used; outputs are checked against it)")
     ap.add_argument("--model", help="model name or folder (default: the trace's model)")
-    ap.add_argument("--methods", nargs="+", default=["none", "vllm-ngram", "vllm-suffix", "specdraft"])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("-k", "--num-speculative-tokens", type=int, default=8)
+    ap.add_argument("--methods", nargs="+", default=["none", "vllm-ngram", "vllm-suffix", "specdraft"],
+                    choices=list(live.method_configs()), metavar="METHOD",
+                    help=f"methods to compare, among {', '.join(live.method_configs())}; 'none' "
+                    "(no speculation) is required: it is the reference")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    ap.add_argument("-k", "--num-speculative-tokens", type=int, default=8,
+                    help="draft bound of every speculative method")
+    ap.add_argument("--dtype", choices=live.DTYPES, default="float32",
+                    help="target dtype (bfloat16 outputs may drift from no speculation: the share "
+                    "of identical requests is reported instead)")
     ap.add_argument("--workload", nargs="+", help="use only these workloads' requests")
     ap.add_argument("--limit", type=int, help="use only the first N requests")
     ap.add_argument("--max-tokens", type=int, help="cap every request's output tokens")
     ap.add_argument("--sequential", action="store_true", help="one request at a time (batch 1)")
-    ap.add_argument("--max-model-len", type=int, default=8192)
-    ap.add_argument("--max-num-seqs", type=int, default=8, help="vLLM's batch limit (default 8)")
+    ap.add_argument("--max-model-len", type=int, default=8192, help="vLLM's max_model_len")
+    ap.add_argument("--max-num-seqs", type=int, default=8,
+                    help="vLLM's batch limit: requests in flight together (all are sent at once)")
     ap.add_argument("--one-at-a-time", action="store_true",
                     help="run engines one at a time even when they fit in memory together")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", required=True, help="where the results go (a .png chart beside it)")
     ap.add_argument("--log", help="where vLLM's own output goes (default: next to --json, .log)")
     args = ap.parse_args(argv)
 
@@ -322,7 +544,7 @@ def main(argv=None) -> int:
     progress(f"[bench] {len(records)} requests from {args.traces}, model {name}, methods "
              f"{' '.join(args.methods)}, {args.rounds} rounds")
     try:
-        plan = engine_plan(path, len(args.methods), progress)
+        plan = engine_plan(path, len(args.methods), progress, args.dtype)
     except live.MemoryPlanError as e:
         print(f"specdraft bench: {e}", file=sys.stderr)
         return 2
@@ -332,10 +554,13 @@ def main(argv=None) -> int:
     progress(f"[bench] vLLM's output goes to {log_path}")
     with live.engine_log(log_path) as say:
         engines = start_engines(path, args.methods, args.num_speculative_tokens, say, plan,
-                                max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs)
+                                max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                                dtype=args.dtype)
         try:
             runs = run_interleaved(engines, prompts, maxes, args.rounds, say,
                                    sequential=args.sequential, methods=args.methods)
+            say("[bench] no speculation past the limits (untimed), for the replay ...")
+            lookahead = lookahead_outputs(engines, prompts, maxes, args.num_speculative_tokens)
         except live.MemoryPlanError as e:
             say(f"specdraft bench: {e}")
             return 2
@@ -343,15 +568,33 @@ def main(argv=None) -> int:
             engines.close()
     recorded = [r["output_token_ids"][:n] for r, n in zip(records, maxes)]
     table = summarize(runs)
+    from specdraft.adapters import vllm_adapter
+    cost_model = vllm_adapter().cpu_cost_model(args.dtype)  # what the live engine planned with
+    batch = 1 if args.sequential else args.max_num_seqs
+    add_replayed(table, replay_live(runs, prompts, args.num_speculative_tokens,
+                                    lambda run: run_schedule(run, batch), cost_model, progress,
+                                    lookahead))
     matches_trace = all(o == e for o, e in zip(runs["none"][0].outputs, recorded))
-    title = (f"{name}: {len(records)} requests, k={args.num_speculative_tokens}, "
+    title = (f"{name}: {len(records)} requests, {batch} at a time, k={args.num_speculative_tokens}, "
              f"{args.rounds} interleaved rounds ({plan.mode}), caches cleared before every run, "
-             f"float32 CPU")
+             f"{args.dtype} CPU")
     print()
     print(title)
     print(format_live_table(table))
+    print(format_replay_gaps(table, cost_model))
     print(f"no-speculation outputs identical to the trace: {'yes' if matches_trace else 'NO'}")
     write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "table": table,
+                              "replay_cost_model": cost_model,
+                              # every round's outputs, to replay the run again offline
+                              "outputs": {m: [x.outputs for x in rs] for m, rs in runs.items()},
                               "no_spec_matches_trace": matches_trace},
                   plot=lambda png: plot_live(table, png, title), say=progress, tag="bench")
-    return 0 if all(t["identical_to_no_spec"] for t in table.values()) else 1
+    costs = merged_pass_costs(table)
+    if costs:
+        png = os.path.splitext(args.json)[0] + "-pass-costs.png"
+        plot_pass_costs(costs, args.num_speculative_tokens, png,
+                        f"specdraft's passes: {title}")
+        progress(f"[bench] pass costs: {png}")
+    # float32 must be token-identical to no speculation; bfloat16 only reports the share
+    exact = args.dtype == "float32"
+    return 0 if not exact or all(t["identical_to_no_spec"] for t in table.values()) else 1

@@ -34,6 +34,12 @@ def method_configs(k: int = 16) -> dict[str, dict | None]:
     }
 
 
+# each live method's drafting replayed offline (specdraft.replay's method names)
+REPLAY_METHODS = {"vllm-ngram": "vllm-ngram", "vllm-suffix": "arctic-suffix",
+                  "specdraft": "specdraft-suffix"}
+DTYPES = ("float32", "bfloat16")
+
+
 def methods_error(methods: list[str]) -> str | None:
     """Why ``--methods`` cannot be run (None: it can): it must include 'none', the reference."""
     configs = method_configs()
@@ -218,6 +224,14 @@ def shutdown(llm) -> None:
     gc.collect()
 
 
+def engine_schedule(llm) -> dict:
+    """How the engine schedules requests (max_num_seqs, max_num_batched_tokens, block_size,
+    prefix_caching): what a replay of its run needs."""
+    from specdraft.adapters import vllm_adapter
+
+    return vllm_adapter().engine_schedule(llm)
+
+
 def reset_cross_request_state(llm) -> dict:
     """Clears the prefix cache and the drafter's global cache (specdraft.adapters)."""
     from specdraft.adapters import vllm_adapter
@@ -230,6 +244,8 @@ class RunResult:
     outputs: list[list[int]]
     seconds: float
     counters: dict = field(default_factory=dict)
+    # (TTFT, TPOT) in seconds per request (request_latencies), None where vLLM gave no stamps
+    latencies: list[tuple[float | None, float | None]] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -247,7 +263,9 @@ def generate(llm, prompts: list[list[int]], max_tokens: int | list[int], tempera
     t0 = time.perf_counter()
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     secs = time.perf_counter() - t0
-    return RunResult([list(o.outputs[0].token_ids) for o in outs], secs, request_counters(outs))
+    from specdraft.adapters import vllm_adapter
+    return RunResult([list(o.outputs[0].token_ids) for o in outs], secs, request_counters(outs),
+                     vllm_adapter().request_latencies(outs))
 
 
 def request_counters(outs) -> dict[str, int]:
@@ -264,6 +282,14 @@ def proposer_time(llm) -> tuple[float, int] | None:
     if not got:
         return None
     return sum(m["proposer_seconds"] for m in got), sum(m["proposer_steps"] for m in got)
+
+
+def pass_costs(llm) -> list[list] | None:
+    """[rows, tokens scored, passes, mean seconds] of the target passes measured by specdraft's
+    proposer since the last reset (None for an engine without one)."""
+    from specdraft.adapters import vllm_adapter
+    got = [m["pass_costs"] for m in vllm_adapter().drafter_metrics(llm) if m and "pass_costs" in m]
+    return got[0] if got else None
 
 
 def cpu_pressure() -> str | None:

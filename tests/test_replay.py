@@ -6,7 +6,7 @@ import random
 import pytest
 
 from specdraft.proposers.controller import CostModel
-from specdraft.replay import (SpecdraftMethod, accepted_length, batch_queue, load_trace, replay,
+from specdraft.replay import (Method, SpecdraftMethod, accepted_length, batch_queue, load_trace, replay,
                               replay_batched, replay_request)
 
 
@@ -210,3 +210,56 @@ def test_specdraft_options_reach_every_specdraft_method(tmp_path, capsys):
     assert main(["--traces", str(tmp_path / "t.jsonl"), "--json", str(tmp_path / "x.json"),
                  "--specdraft-options", '{"max_waste": -1}']) == 2
     assert "max_waste" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
+class _Oracle(Method):  # drafts the recorded truth, logs starts and finishes
+    name = "oracle"
+
+    def __init__(self, truth):
+        self.truth, self.seen, self.log = truth, {}, []
+
+    def start(self, key, prompt):
+        self.seen[key] = []
+        self.log.append(("start", key))
+
+    def extend(self, key, tokens, num_accepted):
+        self.seen[key] += tokens
+
+    def draft(self, key, max_k):
+        out = self.truth[key - 1][len(self.seen[key]):][:max_k]
+        return out, list(range(-1, len(out) - 1))
+
+    def finish(self, key):
+        self.log.append(("finish", key))
+
+
+def test_engine_replay_schedules_chunked_prefill_and_finishes_a_step_late():
+    from specdraft.replay import EngineSchedule, replay_engine
+
+    prompts = [list(range(10)), list(range(100, 110))]
+    outputs = [[1, 2, 3], [4, 5, 6]]
+    nodraft = _Oracle(outputs)
+    nodraft.draft = lambda key, max_k: ([], [])
+    # budget 12: step 1 prefills request 1 and 2 tokens of request 2; step 2 decodes request 1
+    # and finishes request 2's prefill (its first token); steps 3-4 decode
+    r = replay_engine(nodraft, list(zip(prompts, outputs)), 4, EngineSchedule(2, 12, 16, False))
+    assert r == {"steps": 4, "drafts": 0, "drafted_tokens": 0, "accepted_tokens": 0}
+    # finished requests leave at the start of the next step (when the engine reports them)
+    assert nodraft.log == [("start", 1), ("start", 2), ("finish", 1), ("finish", 2)]
+    oracle = _Oracle(outputs)
+    r = replay_engine(oracle, list(zip(prompts, outputs)), 4, EngineSchedule(2, 12, 16, False))
+    # a perfect draft after the first token: the last token is the target's own
+    assert r["accepted_tokens"] == 2 and r["drafts"] == 2 and r["steps"] == 3
+
+
+def test_engine_replay_admits_at_most_max_num_seqs_and_skips_cached_blocks():
+    from specdraft.replay import EngineSchedule, _cached_prefix, replay_engine
+
+    assert _cached_prefix(list(range(40)), [list(range(35)) + [9]], 16) == 32
+    assert _cached_prefix(list(range(32)), [list(range(32))], 16) == 16  # one token computed
+    prompts = [list(range(20))] * 3
+    outputs = [[1, 2], [1, 2], [1, 2]]
+    nodraft = _Oracle(outputs)
+    nodraft.draft = lambda key, max_k: ([], [])
+    one = replay_engine(nodraft, list(zip(prompts, outputs)), 4, EngineSchedule(1, 100, 16, True))
+    assert one["steps"] == 6  # one request at a time: prefill + one decode each
