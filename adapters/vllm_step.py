@@ -16,6 +16,7 @@ accepted counts are read from the runner, the per-row cap rule.
 from __future__ import annotations
 
 import time
+from collections import deque
 from types import ModuleType
 from typing import Any
 
@@ -24,6 +25,7 @@ import numpy as np
 # The engine may hold request state the drafter missed a finish event for; every this many steps
 # the drafter drops requests the runner no longer holds.
 RETAIN_EVERY = 64
+PASS_LOG = 1 << 16  # passes kept in order for benchmarks (about 3 MB at most)
 
 
 class _Speculates(dict):
@@ -56,6 +58,8 @@ class VllmStep:
         # verification actually costs by batch and tokens (read by benchmarks; bounded by
         # max_num_seqs x max_num_batched_tokens entries)
         self.pass_costs: dict[tuple[int, int], list] = {}
+        # the latest passes in order, (rows, tokens, seconds): what the controller was told
+        self.pass_log: deque = deque(maxlen=PASS_LOG)
         self.use_native = True  # False: the plain-Python path even with the native core
         self.engine: Any = None
         self.set_drafter(drafter)
@@ -97,6 +101,7 @@ class VllmStep:
                                      self.max_model_len, finished, aborted, scored, seconds)
 
     def count_pass(self, rows: int, tokens: int, seconds: float) -> None:
+        self.pass_log.append((rows, tokens, seconds))
         cell = self.pass_costs.get((rows, tokens))
         if cell is None:
             self.pass_costs[rows, tokens] = [1, seconds]

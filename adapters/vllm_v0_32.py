@@ -717,6 +717,7 @@ def _worker_drafter_metrics(worker_wrapper: Any) -> dict | None:
     steps = getattr(proposer, "steps", None)
     if hasattr(steps, "measured_pass_costs"):
         out["pass_costs"] = steps.measured_pass_costs()
+        out["pass_log"] = [list(p) for p in steps.pass_log]
     return out
 
 

@@ -81,3 +81,28 @@ def test_bench_rounds_agree(engines, plain_llm, prompts):
     assert len(messages) == 2 * 3
     text = bench.format_live_table(table)
     assert "cold" in text and text.count("tok/s") >= 2 * 3
+
+
+def test_the_replay_predicts_the_live_counts(engines, plain_llm, prompts):
+    """The bench's replay of a live run (the engine's schedule, its measured pass times, the
+    target's tokens past each limit) gives the drafted and accepted tokens the engine counted."""
+    loaded = bench.LoadedEngines.of({"none": plain_llm, **engines})
+    runs = bench.run_interleaved(loaded, prompts, MAX_TOKENS, 1, lambda msg: None)
+    lookahead = bench.lookahead_outputs(loaded, prompts, [MAX_TOKENS] * len(prompts),
+                                        NUM_SPEC_TOKENS)
+    assert all(la[:MAX_TOKENS] == o for la, o in zip(lookahead, runs["none"][0].outputs))
+    table = bench.summarize(runs)
+    for m, rs in runs.items():  # the schedule each engine ran with
+        assert rs[0].counters["schedule"]["max_num_batched_tokens"] > 0, m
+    def schedule(run):
+        return bench.run_schedule(run, run.counters["schedule"]["max_num_seqs"])
+    replayed = bench.replay_live(runs, prompts, NUM_SPEC_TOKENS, schedule, "cpu-fp32",
+                                 lookahead=lookahead)
+    bench.add_replayed(table, replayed)
+    for m in SPEC:
+        gap = table[m]["replay_gap"]
+        assert abs(gap["drafted_tokens"]) <= 0.03 and abs(gap["accepted_tokens"]) <= 0.03, (
+            m, table[m]["drafted_tokens"], table[m]["accepted_tokens"], table[m]["replayed"])
+    # specdraft's passes were measured and reported as vLLM ran them
+    log = table["specdraft"]["rounds"][0]["pass_log"]
+    assert log and all(rows >= 1 and tokens >= rows and s > 0 for rows, tokens, s in log)

@@ -206,6 +206,7 @@ class SpecdraftProposer:
         self.steps.forget_events()
         self.steps.step_started = None
         self.steps.pass_costs.clear()
+        self.steps.pass_log.clear()
         self._count_lengths()  # the figures of the drafter that goes
         self.drafter = self.build_drafter(*self._drafter_args)
         self.steps.set_drafter(self.drafter)

@@ -90,20 +90,23 @@ def start_engines(model: str, methods: list[str], k: int, progress, plan: live.E
 
 def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, progress,
                     sequential: bool = False, ignore_eos: bool = False,
-                    methods: list[str] | None = None) -> dict:
+                    methods: list[str] | None = None, warmup_rounds: int = 0) -> dict:
     """{method: [RunResult per round]}, methods interleaved with the order rotated each round.
 
     Every run starts from an engine with no cross-request state (prefix cache, global caches):
     a round that sends the same prompts again must not find its own answers from the round
     before. What a method learns within a run (earlier requests, earlier turns) stays.
     ``sequential`` sends one request at a time (batch 1) and keeps per-request counters in
-    ``RunResult.counters['per_request']``.
+    ``RunResult.counters['per_request']``. ``warmup_rounds`` whole rounds run first, untimed
+    and not reported: kernels the CPU build makes per batch shape on first use (oneDNN's
+    primitives in bfloat16) are then made before the timed rounds, as on a server that has run
+    a while.
     """
     methods = list(methods or engines.engines)
     runs: dict[str, list] = {m: [] for m in methods}
     maxes = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
     warm = [prompts[0][: max(1, min(len(prompts[0]), 32))]]
-    for r in range(rounds):
+    for r in range(-warmup_rounds, rounds):
         order = methods[r % len(methods):] + methods[: r % len(methods)]
         for m in order:
             with engines.engine(m) as llm:
@@ -129,10 +132,14 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
             if after is not None:  # specdraft's own figures: time in propose, propose calls
                 res.counters["proposer_seconds"] = after[0] - before[0]
                 res.counters["proposer_steps"] = after[1] - before[1]
-                res.counters["pass_costs"] = costs
+                res.counters["pass_costs"], res.counters["pass_log"] = costs or (None, None)
             res.counters["cpu_pressure"] = live.cpu_pressure()
             res.counters["reset"] = reset
             res.counters["schedule"] = schedule
+            if r < 0:
+                progress(f"[bench] warm-up round {r + warmup_rounds + 1}/{warmup_rounds} {m}: "
+                         f"{res.tokens / res.seconds:.1f} tok/s (not reported)")
+                continue
             runs[m].append(res)
             tpot = _median_ms([t for _, t in res.latencies])
             progress(f"[bench] round {r + 1}/{rounds} {m:<12} {res.tokens / res.seconds:7.1f} tok/s"
@@ -172,7 +179,9 @@ def replay_live(runs: dict, prompts: list[list[int]], k: int, schedule, cost_mod
             truths = lookahead or x.outputs
             requests = [(p, o, t if t[:len(o)] == o else o)
                         for p, o, t in zip(prompts, x.outputs, truths) if o]
-            r = replay_engine(factory(cost_model), requests, k, schedule(x))
+            r = replay_engine(factory(cost_model), requests, k, schedule(x),
+                              measured_cost(x.counters.get("pass_costs"),
+                                            x.counters.get("pass_log")))
             for key in live.COUNTER_KEYS:
                 tot[key] += r[key]
         out[m] = tot
@@ -182,11 +191,37 @@ def replay_live(runs: dict, prompts: list[list[int]], k: int, schedule, cost_mod
     return out
 
 
+def measured_cost(pass_costs: list[list] | None, pass_log: list[list] | None = None):
+    """``pass_cost(step, rows, tokens) -> seconds`` from a run's measured passes: the time the
+    live controller was told for that step (``pass_log``: [rows, tokens, seconds] in order) while
+    the replay's pass has the same shape, else the shape's mean (``pass_costs``: [rows, tokens,
+    passes, mean seconds]), else the nearest size measured with as many rows. None without
+    measurements (nothing is reported)."""
+    if not pass_costs:
+        return None
+    log = pass_log or []
+    exact = {(r, t): s for r, t, _, s in pass_costs}
+    by_rows: dict[int, list] = {}
+    for r, t, _, s in pass_costs:
+        by_rows.setdefault(r, []).append((t, s))
+
+    def cost(step: int, rows: int, tokens: int) -> float | None:
+        if step < len(log) and log[step][0] == rows and log[step][1] == tokens:
+            return log[step][2]
+        if (rows, tokens) in exact:
+            return exact[rows, tokens]
+        near = by_rows.get(rows)
+        return min(near, key=lambda ts: abs(ts[0] - tokens))[1] if near else None
+    return cost
+
+
 def run_schedule(run, max_num_seqs: int):
     """The engine schedule a run had (one request at a time when ``max_num_seqs`` is 1)."""
     from specdraft.replay import EngineSchedule
 
-    return EngineSchedule(**dict(run.counters["schedule"], max_num_seqs=max_num_seqs))
+    # generate() hands requests to an engine that starts stepping on the first one
+    return EngineSchedule(**dict(run.counters["schedule"], max_num_seqs=max_num_seqs,
+                                 first_step=1))
 
 
 def add_replayed(table: dict, replayed: dict) -> None:
@@ -260,8 +295,10 @@ def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
                               "identical_fraction": sum(same) / len(same) if same else 1.0,
                               "cpu_pressure": x.counters.get("cpu_pressure"),
                               "reset": x.counters.get("reset"),
+                              "schedule": x.counters.get("schedule"),
                               # specdraft's measured passes: [rows, tokens, passes, mean seconds]
                               "pass_costs": x.counters.get("pass_costs"),
+                              "pass_log": x.counters.get("pass_log"),
                               "proposer_share": (x.counters["proposer_seconds"] / x.seconds
                                                  if "proposer_seconds" in x.counters else None),
                               "proposer_us_per_step": (
@@ -484,17 +521,65 @@ def engine_plan(model_dir: str, num_engines: int, progress, dtype: str = "float3
     return plan
 
 
+def select_requests(records: list[dict], workloads, limit, max_model_len) -> tuple[list[dict], int]:
+    """The requests a bench sends (of ``workloads``, the first ``limit``, those that fit), and
+    how many were left out for their length."""
+    if workloads:
+        records = [r for r in records if r["workload"] in workloads]
+    records = records[:limit]
+    fits = [r for r in records if len(r["prompt_token_ids"]) + len(r["output_token_ids"]) <= max_model_len]
+    return fits, len(records) - len(fits)
+
+
+def request_limits(records: list[dict], max_tokens: int | None) -> list[int]:
+    return [min(int(r.get("max_tokens") or len(r["output_token_ids"])), len(r["output_token_ids"]),
+                max_tokens or 1 << 30) for r in records]
+
+
+def replay_saved(path: str) -> int:
+    """``--replay-only``: the replay of a saved bench run, from its JSON (outputs, measured pass
+    costs, schedules), written back into it."""
+    import json
+
+    from specdraft.replay import load_trace
+    with open(path) as f:
+        saved = json.load(f)
+    s = saved["settings"]
+    records, _ = select_requests(load_trace(s["traces"]), s.get("workload"), s.get("limit"),
+                                 s["max_model_len"])
+    prompts = [r["prompt_token_ids"] for r in records]
+    table = saved["table"]
+    runs = {m: [live.RunResult(outs, 1.0, {"pass_costs": p.get("pass_costs"),
+                                            "pass_log": p.get("pass_log"),
+                                            "schedule": p.get("schedule")})
+                for outs, p in zip(saved["outputs"][m], table[m]["rounds"])]
+            for m in saved["outputs"]}
+    batch = 1 if s.get("sequential") else s["max_num_seqs"]
+    cost_model = saved["replay_cost_model"]
+    add_replayed(table, replay_live(runs, prompts, s["num_speculative_tokens"],
+                                    lambda run: run_schedule(run, batch), cost_model,
+                                    lambda msg: print(msg, flush=True),
+                                    saved.get("lookahead_outputs")))
+    print(format_replay_gaps(table, cost_model))
+    write_results(path, saved, say=lambda msg: print(msg, flush=True), tag="bench")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="specdraft bench", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--traces", required=True, help="trace JSONL from specdraft record (its prompts "
-                    "and max_tokens are used; outputs are checked against it)")
+    ap.add_argument("--traces", help="trace JSONL from specdraft record (its prompts and "
+                    "max_tokens are used; outputs are checked against it); required unless "
+                    "--replay-only")
     ap.add_argument("--model", help="model name or folder (default: the trace's model)")
     ap.add_argument("--methods", nargs="+", default=["none", "vllm-ngram", "vllm-suffix", "specdraft"],
                     choices=list(live.method_configs()), metavar="METHOD",
                     help=f"methods to compare, among {', '.join(live.method_configs())}; 'none' "
                     "(no speculation) is required: it is the reference")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    ap.add_argument("--warmup-rounds", type=int, default=0,
+                    help="whole rounds run first, untimed and not reported (kernels made per "
+                    "batch shape on first use are made before the timed rounds)")
     ap.add_argument("-k", "--num-speculative-tokens", type=int, default=8,
                     help="draft bound of every speculative method")
     ap.add_argument("--dtype", choices=live.DTYPES, default="float32",
@@ -511,7 +596,13 @@ def main(argv=None) -> int:
                     help="run engines one at a time even when they fit in memory together")
     ap.add_argument("--json", required=True, help="where the results go (a .png chart beside it)")
     ap.add_argument("--log", help="where vLLM's own output goes (default: next to --json, .log)")
+    ap.add_argument("--replay-only", action="store_true", help="no engine: replay the live outputs "
+                    "saved in --json again (its settings are used) and rewrite its replayed counts")
     args = ap.parse_args(argv)
+    if args.replay_only:
+        return replay_saved(args.json)
+    if not args.traces:
+        ap.error("--traces is required (unless --replay-only)")
 
     def progress(msg):
         print(msg, flush=True)
@@ -530,17 +621,13 @@ def main(argv=None) -> int:
         if missing:
             ap.error(f"--workload: {', '.join(missing)} not in {args.traces} (it has "
                      f"{', '.join(sorted({r['workload'] for r in records}))})")
-        records = [r for r in records if r["workload"] in args.workload]
-    records = records[: args.limit]
-    fits = [r for r in records if len(r["prompt_token_ids"]) + len(r["output_token_ids"]) <= args.max_model_len]
-    if len(fits) < len(records):
-        progress(f"[bench] skipping {len(records) - len(fits)} requests longer than --max-model-len")
-    records = fits
+    records, skipped = select_requests(records, args.workload, args.limit, args.max_model_len)
+    if skipped:
+        progress(f"[bench] skipping {skipped} requests longer than --max-model-len")
     name = args.model or records[0].get("model") or "smollm2-135m"
     path = resolve_model(name)
     prompts = [r["prompt_token_ids"] for r in records]
-    maxes = [min(int(r.get("max_tokens") or len(r["output_token_ids"])), len(r["output_token_ids"]),
-                 args.max_tokens or 1 << 30) for r in records]
+    maxes = request_limits(records, args.max_tokens)
     progress(f"[bench] {len(records)} requests from {args.traces}, model {name}, methods "
              f"{' '.join(args.methods)}, {args.rounds} rounds")
     try:
@@ -558,7 +645,8 @@ def main(argv=None) -> int:
                                 dtype=args.dtype)
         try:
             runs = run_interleaved(engines, prompts, maxes, args.rounds, say,
-                                   sequential=args.sequential, methods=args.methods)
+                                   sequential=args.sequential, methods=args.methods,
+                                   warmup_rounds=args.warmup_rounds)
             say("[bench] no speculation past the limits (untimed), for the replay ...")
             lookahead = lookahead_outputs(engines, prompts, maxes, args.num_speculative_tokens)
         except live.MemoryPlanError as e:
@@ -587,6 +675,7 @@ def main(argv=None) -> int:
                               "replay_cost_model": cost_model,
                               # every round's outputs, to replay the run again offline
                               "outputs": {m: [x.outputs for x in rs] for m, rs in runs.items()},
+                              "lookahead_outputs": lookahead,
                               "no_spec_matches_trace": matches_trace},
                   plot=lambda png: plot_live(table, png, title), say=progress, tag="bench")
     costs = merged_pass_costs(table)

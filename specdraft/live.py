@@ -284,12 +284,13 @@ def proposer_time(llm) -> tuple[float, int] | None:
     return sum(m["proposer_seconds"] for m in got), sum(m["proposer_steps"] for m in got)
 
 
-def pass_costs(llm) -> list[list] | None:
-    """[rows, tokens scored, passes, mean seconds] of the target passes measured by specdraft's
-    proposer since the last reset (None for an engine without one)."""
+def pass_costs(llm) -> tuple[list[list], list[list]] | None:
+    """The target passes measured by specdraft's proposer since the last reset: ([rows, tokens
+    scored, passes, mean seconds] per shape, [rows, tokens, seconds] per pass in order); None
+    for an engine without one."""
     from specdraft.adapters import vllm_adapter
-    got = [m["pass_costs"] for m in vllm_adapter().drafter_metrics(llm) if m and "pass_costs" in m]
-    return got[0] if got else None
+    got = [m for m in vllm_adapter().drafter_metrics(llm) if m and "pass_costs" in m]
+    return (got[0]["pass_costs"], got[0]["pass_log"]) if got else None
 
 
 def cpu_pressure() -> str | None:

@@ -132,6 +132,9 @@ class SpecdraftMethod(Method):
     def draft(self, key, max_k):
         return self.draft_batch([key], max_k)[0]
 
+    def report_step(self, tokens: int, seconds: float) -> None:
+        self.drafter.report_step(tokens, seconds)
+
     def finish(self, key):
         self.drafter.finish(key)
 
@@ -426,11 +429,14 @@ def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, 
 class EngineSchedule:
     """What decides when a request of a live run prefills and decodes (vLLM's scheduler):
     at most ``max_num_seqs`` requests in flight, at most ``max_num_batched_tokens`` tokens per
-    step (chunked prefill), prefix caching of whole ``block_size`` blocks."""
+    step (chunked prefill), prefix caching of whole ``block_size`` blocks. ``first_step``
+    requests are there for the first step (None: all): an offline ``LLM.generate`` hands its
+    requests to an engine that starts stepping on the first (live logs show 1)."""
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size: int = 16
     prefix_caching: bool = True
+    first_step: int | None = None
 
 
 class _Scheduled:
@@ -458,7 +464,7 @@ def _cached_prefix(prompt: list[int], seen: list[list[int]], block: int) -> int:
 
 
 def replay_engine(method: Method, requests: list[tuple], max_k: int,
-                  schedule: EngineSchedule) -> dict:
+                  schedule: EngineSchedule, pass_cost=None) -> dict:
     """Replay requests sent all at once to a live engine, step by step as vLLM schedules them.
 
     Each step, requests that decode take 1 + their draft's tokens first, in arrival order;
@@ -475,8 +481,13 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
     ``truth``, the output and what the target would have generated after it (a run with a longer
     limit): the engine counts a draft accepted as far as it matches, past the request's limit
     too, and only then cuts the output there.
+
+    ``pass_cost(step, rows, tokens) -> seconds`` (the pass times the live engine measured) is reported
+    to a method that learns from step timings (``report_step``) before it drafts, as the engine
+    step reports each pass: the live controller's online corrections, replayed.
     """
     ends_in_step = getattr(method, "ends_in_step", False)
+    report = getattr(method, "report_step", None) if pass_cost is not None else None
     waiting = list(requests)
     running: list[_Scheduled] = []
     ended: list[_Scheduled] = []
@@ -506,7 +517,10 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
         for q in running:  # partial prefills go on
             if budget > 0 and q.computed < len(q.prompt):
                 budget -= _prefill(q, budget, method, emitted_now)
-        while waiting and budget > 0 and len(running) < schedule.max_num_seqs:
+        admit = schedule.max_num_seqs
+        if steps == 0 and schedule.first_step is not None:
+            admit = min(admit, schedule.first_step)
+        while waiting and budget > 0 and len(running) < admit:
             prompt, output, *truth = waiting.pop(0)
             cached = (_cached_prefix(prompt, seen, schedule.block_size)
                       if schedule.prefix_caching else 0)
@@ -516,6 +530,11 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
             seen.append(prompt)
             budget -= _prefill(q, budget, method, emitted_now)
         steps += 1
+        if report is not None:
+            rows_now, tokens = len(running), schedule.max_num_batched_tokens - budget
+            seconds = pass_cost(steps - 1, rows_now, tokens)
+            if seconds:
+                report(tokens, seconds)
         done = [q for q in running if q.pos >= q.limit]
         drafting = [q for q in emitted_now if not (ends_in_step and q.pos >= q.limit)]
         if drafting:
