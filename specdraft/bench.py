@@ -168,25 +168,27 @@ def replay_live(runs: dict, prompts: list[list[int]], k: int, schedule, cost_mod
     speculation's outputs run past the limits) where a run's output is its prefix."""
     from specdraft.replay import METHODS, replay_engine
 
+    # every engine runs the same model and shapes: specdraft's measured passes price them all
+    shared = merged_pass_costs({m: {"rounds": [{"pass_costs": x.counters.get("pass_costs")}
+                                               for x in rs]} for m, rs in runs.items()})
     out = {}
     for m, rs in runs.items():
-        name = live.REPLAY_METHODS.get(m)
-        if name is None:
-            continue
-        factory = METHODS[name]
-        tot = dict.fromkeys(live.COUNTER_KEYS, 0)
+        factory = METHODS[live.REPLAY_METHODS[m]]
+        tot = dict.fromkeys(live.COUNTER_KEYS + ("est_seconds", "target_steps"), 0)
         for x in rs:
             truths = lookahead or x.outputs
             requests = [(p, o, t if t[:len(o)] == o else o)
                         for p, o, t in zip(prompts, x.outputs, truths) if o]
+            own = x.counters.get("pass_log")  # what this engine's controller was told
             r = replay_engine(factory(cost_model), requests, k, schedule(x),
-                              measured_cost(x.counters.get("pass_costs"),
-                                            x.counters.get("pass_log")))
+                              measured_cost(shared, own))
             for key in live.COUNTER_KEYS:
                 tot[key] += r[key]
+            tot["est_seconds"] += r.get("est_seconds", 0.0)
+            tot["target_steps"] += r["steps"]
         out[m] = tot
         if progress:
-            progress(f"[bench] replayed {m} ({name}): drafted {tot['drafted_tokens']}, accepted "
+            progress(f"[bench] replayed {m} ({live.REPLAY_METHODS[m]}): drafted {tot['drafted_tokens']}, accepted "
                      f"{tot['accepted_tokens']}")
     return out
 
@@ -231,6 +233,9 @@ def add_replayed(table: dict, replayed: dict) -> None:
         t["replayed"] = rep
         t["replay_gap"] = {key: (t[key] / rep[key] - 1 if rep[key] else None)
                            for key in ("drafted_tokens", "accepted_tokens")}
+    base = replayed.get("none", {}).get("est_seconds")
+    for m, rep in replayed.items():  # the speedup the replay predicts from the measured passes
+        rep["est_speedup"] = base / rep["est_seconds"] if base and rep.get("est_seconds") else None
 
 
 # Rounds disagree when a method's accepted tokens (clock-free: the rounds send the same requests
@@ -420,10 +425,12 @@ def format_replay_gaps(table: dict, cost_model: str) -> str:
         if "replayed" not in t:
             continue
         r, g = t["replayed"], t["replay_gap"]
+        est = (f"  est. x none {r['est_speedup']:.2f} ({r['target_steps']} steps, "
+               f"{r['est_seconds']:.1f} s of measured passes)" if r.get("est_speedup") else "")
         lines.append(f"  {m:<12} drafted {t['drafted_tokens']} / {r['drafted_tokens']} "
                      f"({_pct(g['drafted_tokens'])})  accepted {t['accepted_tokens']} / "
                      f"{r['accepted_tokens']} ({_pct(g['accepted_tokens'])})  drafts "
-                     f"{t['drafts']} / {r['drafts']}")
+                     f"{t['drafts']} / {r['drafts']}" + est)
     return "\n".join(lines)
 
 

@@ -35,7 +35,7 @@ def method_configs(k: int = 16) -> dict[str, dict | None]:
 
 
 # each live method's drafting replayed offline (specdraft.replay's method names)
-REPLAY_METHODS = {"vllm-ngram": "vllm-ngram", "vllm-suffix": "arctic-suffix",
+REPLAY_METHODS = {"none": "no-drafts", "vllm-ngram": "vllm-ngram", "vllm-suffix": "arctic-suffix",
                   "specdraft": "specdraft-suffix"}
 DTYPES = ("float32", "bfloat16")
 

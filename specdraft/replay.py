@@ -112,6 +112,14 @@ class Method:
     def finish(self, key) -> None: ...
 
 
+class NoDraftMethod(Method):
+    """No speculation: the schedule without drafts (the reference a replay is priced against)."""
+    name = "no-drafts"
+
+    def draft(self, key, max_k):
+        return [], []
+
+
 class SpecdraftMethod(Method):
     ends_in_step = True  # in an engine, specdraft's step finishes a request that reached its limit
 
@@ -278,6 +286,7 @@ METHODS = {
     "vllm-ngram": lambda cost_model=None: VllmNgramMethod("vllm-ngram"),
     "arctic-suffix": lambda cost_model=None: ArcticSuffixMethod("arctic-suffix"),
     "hf-prompt-lookup": lambda cost_model=None: HFPromptLookupMethod("hf-prompt-lookup"),
+    "no-drafts": lambda cost_model=None: NoDraftMethod(),
 }
 DEFAULT_METHODS = ["specdraft-suffix", "specdraft-suffix-fixed", "specdraft-tree",
                    "specdraft-tree-path", "specdraft-lookup", "vllm-ngram", "arctic-suffix", "hf-prompt-lookup"]
@@ -484,10 +493,13 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
 
     ``pass_cost(step, rows, tokens) -> seconds`` (the pass times the live engine measured) is reported
     to a method that learns from step timings (``report_step``) before it drafts, as the engine
-    step reports each pass: the live controller's online corrections, replayed.
+    step reports each pass: the live controller's online corrections, replayed. With it the
+    result also has ``est_seconds``, the run's passes priced by it, and ``scored_tokens``.
     """
     ends_in_step = getattr(method, "ends_in_step", False)
     report = getattr(method, "report_step", None) if pass_cost is not None else None
+    est = 0.0
+    scored = 0
     waiting = list(requests)
     running: list[_Scheduled] = []
     ended: list[_Scheduled] = []
@@ -530,11 +542,14 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
             seen.append(prompt)
             budget -= _prefill(q, budget, method, emitted_now)
         steps += 1
-        if report is not None:
-            rows_now, tokens = len(running), schedule.max_num_batched_tokens - budget
-            seconds = pass_cost(steps - 1, rows_now, tokens)
+        if pass_cost is not None:
+            tokens = schedule.max_num_batched_tokens - budget
+            seconds = pass_cost(steps - 1, len(running), tokens)
             if seconds:
-                report(tokens, seconds)
+                est += seconds
+                scored += tokens
+                if report is not None:
+                    report(tokens, seconds)
         done = [q for q in running if q.pos >= q.limit]
         drafting = [q for q in emitted_now if not (ends_in_step and q.pos >= q.limit)]
         if drafting:
@@ -553,8 +568,10 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
                 ended.append(q)
     for q in ended:
         method.finish(q.key)
-    return {"steps": steps, "drafts": drafts, "drafted_tokens": drafted,
-            "accepted_tokens": accepted}
+    out = {"steps": steps, "drafts": drafts, "drafted_tokens": drafted, "accepted_tokens": accepted}
+    if pass_cost is not None:  # the run's time as the measured passes price it
+        out["est_seconds"], out["scored_tokens"] = est, scored
+    return out
 
 
 def _prefill(q: _Scheduled, budget: int, method: Method, emitted_now: list) -> int:
