@@ -96,8 +96,8 @@ smooth these). A list of [tokens, cost] points is such a curve too; a dict of th
 parameters above is a custom model (fit one with ``specdraft.costfit`` on other measurements).
 
 Step timings reported by the adapter correct the model online: each power-of-two bucket of T
-keeps an average of observed / predicted (predicted for the batch last sized, unless the caller
-says which batch ran), applied as a multiplicative correction relative to the lowest bucket
+keeps an average of observed / predicted (decayed by ``STEP_DECAY`` per observation; predicted
+for the batch last sized, unless the caller says which batch ran), applied as a multiplicative correction relative to the lowest bucket
 observed (only the shape matters: the ratio is scale-free). A bucket not observed yet takes the
 factors of its observed neighbours (interpolated between them; past the highest, the highest's),
 so a pass one size beyond what the engine has run is not priced as the prior alone would.
@@ -132,6 +132,11 @@ ALIASES = {"gpu": "medium"}  # the name of the former single GPU curve
 COST_MODELS = tuple(PRESETS) + tuple(CURVES) + tuple(ALIASES)
 # parameter counts between the fitted shapes (geometric means of 1.5B, 8B and 32B)
 _SIZE_LIMITS = ((3.5e9, "small"), (16e9, "medium"))
+
+# Weight an observed pass size keeps at each new observation of that size: about the last 50
+# passes count (noise on a busy machine averages out) and the measurements outweigh the prior
+# (w up to 50 / (50 + prior)); at 0.9 the prior kept 29% of its shape for good.
+STEP_DECAY = 0.98
 
 _NUM_BINS = 20
 _MAX_PROB = 0.995
@@ -271,8 +276,8 @@ class CostModel:
             requests, context, longest = self.batch
         pred = self.base_cost(float(tokens), requests, float(context or 0.0), longest)
         obs = self._obs.setdefault(self._bucket(tokens), [0.0, 0.0])
-        obs[0] = 0.9 * obs[0] + seconds / pred
-        obs[1] = 0.9 * obs[1] + 1.0
+        obs[0] = STEP_DECAY * obs[0] + seconds / pred
+        obs[1] = STEP_DECAY * obs[1] + 1.0
 
 
 _NUM_MATCH = 5  # match-length buckets: 0-1, 2-3, 4-7, 8-15, 16+ tokens of matched context

@@ -19,6 +19,7 @@ namespace specdraft {
 
 constexpr int kNumBins = 20;
 constexpr double kMaxProb = 0.995;
+constexpr double kStepDecay = 0.98;  // STEP_DECAY in proposers/controller.py
 constexpr int kNumMatch = 5;  // match-length buckets: 0-1, 2-3, 4-7, 8-15, 16+ tokens
 
 // Bucket of a node's matched context length (root match + the node's depth).
@@ -76,8 +77,8 @@ class CostModel {
     if (tokens <= 0 || seconds <= 0) return;
     const double pred = base_cost((double)tokens, b ? *b : batch);
     Observed& o = observed_[bucket((double)tokens)];
-    o.ratio_sum = 0.9 * o.ratio_sum + seconds / pred;
-    o.count = 0.9 * o.count + 1.0;
+    o.ratio_sum = kStepDecay * o.ratio_sum + seconds / pred;
+    o.count = kStepDecay * o.count + 1.0;
   }
 
   BatchShape batch;  // the batch last sized
