@@ -33,15 +33,24 @@ def live_table(result: dict) -> str:
     table = result["table"]
     plan = result.get("memory_plan") or {}
     lines = ["| method | tokens/s (median) | x, fastest rounds | x, median of rounds | x, round 1 (cold) "
-             "| MAL | drafts | drafted | accepted | drafted / accepted | identical to none |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| TTFT ms | TPOT ms | decode x | x suffix: end to end / decode "
+             "| MAL | drafts | drafted | accepted | drafted / accepted | replayed: drafted / accepted "
+             "| identical to none |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m, t in table.items():
         per_acc = t["drafted_tokens"] / t["accepted_tokens"] if t["accepted_tokens"] else None
+        vs = t.get("vs_suffix") or {}
+        rep = t.get("replayed")
+        replayed = f"{rep['drafted_tokens']} / {rep['accepted_tokens']}" if rep else "-"
+        ident = ("yes" if t["identical_to_no_spec"] else
+                 f"{t['identical_fraction']:.0%} of requests" if "identical_fraction" in t else "NO")
         lines.append(f"| {m} | {t['tokens_per_s_median']:.1f} | {t['speedup_ratio_of_min']:.2f} | "
                      f"{t['speedup_median_per_round']:.2f} | {t['cold_speedup']:.2f} | "
+                     f"{_fmt(t.get('ttft_ms_median'), '.0f')} | {_fmt(t.get('tpot_ms_median'), '.1f')} | "
+                     f"{_fmt(t.get('decode_speedup_median_per_round'))} | "
+                     f"{_fmt(vs.get('tokens_per_s'))} / {_fmt(vs.get('decode'))} | "
                      f"{_fmt(t['mean_acceptance_length'])} | {t['drafts']} | {t['drafted_tokens']} | "
-                     f"{t['accepted_tokens']} | {_fmt(per_acc)} | "
-                     f"{'yes' if t['identical_to_no_spec'] else 'NO'} |")
+                     f"{t['accepted_tokens']} | {_fmt(per_acc)} | {replayed} | {ident} |")
     methods = list(table)
     lines += ["", "| round | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
     for r in range(len(table[methods[0]]["rounds"])):
