@@ -98,9 +98,10 @@ parameters above is a custom model (fit one with ``specdraft.costfit`` on other 
 Step timings reported by the adapter correct the model online: each power-of-two bucket of T
 keeps an average of observed / predicted (decayed by ``STEP_DECAY`` per observation; predicted
 for the batch last sized, unless the caller says which batch ran), applied as a multiplicative correction relative to the lowest bucket
-observed (only the shape matters: the ratio is scale-free). A bucket not observed yet takes the
-factors of its observed neighbours (interpolated between them; past the highest, the highest's),
-so a pass one size beyond what the engine has run is not priced as the prior alone would.
+observed (only the shape matters: the ratio is scale-free). The correction runs linearly in
+log2 T between the observed buckets' centres (past the highest, the highest's), so a pass size
+the engine has not run yet is priced like the sizes around it, and no token is free inside a
+bucket.
 
 Everything is deterministic given the same calls in the same order (trace replay relies on it).
 """
@@ -233,27 +234,30 @@ class CostModel:
     def _bucket(tokens: float) -> int:
         return int(math.log2(max(1.0, tokens)))
 
-    def _factor(self, bucket: int) -> float:
-        """Observed / predicted cost in ``bucket``, relative to the lowest bucket observed. A
-        bucket not observed takes its observed neighbours' factors: interpolated between the
-        nearest below and above it, the nearest below past the highest, 1 below the lowest (a
-        pass size the engine has not run yet is priced like the sizes around it, not like the
-        prior: otherwise the first step off the observed sizes looks free)."""
+    def _factor(self, tokens: float) -> float:
+        """Observed / predicted cost of a pass scoring ``tokens``, relative to the lowest bucket
+        observed: each observed bucket's factor sits at its centre (log2 T = b + 0.5) and the
+        factor runs linearly in log2 T between observed centres (past the highest, the
+        highest's; below the lowest, 1). So a pass size the engine has not run yet is priced
+        like the sizes around it, not like the prior, and no token is free inside a bucket (a
+        factor constant per bucket made every size up to the bucket's top look free)."""
         if not self._obs:
             return 1.0
-        if bucket in self._obs:
-            return self._observed_factor(self._obs[bucket])
-        below = [b for b in self._obs if b < bucket]
-        if not below:
+        x = math.log2(max(1.0, tokens))
+        lo = hi = None
+        for b in sorted(self._obs):
+            if b + 0.5 <= x:
+                lo = b
+            else:
+                hi = b
+                break
+        if lo is None:
             return 1.0
-        lo = max(below)
         f_lo = self._observed_factor(self._obs[lo])
-        above = [b for b in self._obs if b > bucket]
-        if not above:
+        if hi is None:
             return f_lo
-        hi = min(above)
         f_hi = self._observed_factor(self._obs[hi])
-        return f_lo + (f_hi - f_lo) * (bucket - lo) / (hi - lo)
+        return f_lo + (f_hi - f_lo) * (x - (lo + 0.5)) / (hi - lo)
 
     def _observed_factor(self, obs: list[float]) -> float:
         ref = self._obs[min(self._obs)]
@@ -263,7 +267,7 @@ class CostModel:
 
     def cost(self, tokens: float, requests: int = 1, context: float = 0.0,
              longest: float | None = None) -> float:
-        return (self.base_cost(tokens, requests, context, longest) * self._factor(self._bucket(tokens))
+        return (self.base_cost(tokens, requests, context, longest) * self._factor(tokens)
                 + self._floor * (tokens - 1))
 
     def observe(self, tokens: int, seconds: float, requests: int | None = None,

@@ -69,7 +69,7 @@ class CostModel {
   }
 
   double cost(double tokens, const BatchShape& b) const {
-    return base_cost(tokens, b) * factor(bucket(tokens)) + floor_ * (tokens - 1);
+    return base_cost(tokens, b) * factor(tokens) + floor_ * (tokens - 1);
   }
 
   // A pass that scored `tokens` took `seconds`; its batch is the one last sized unless given.
@@ -99,19 +99,20 @@ class CostModel {
 
   static int bucket(double tokens) { return (int)std::log2(std::max(1.0, tokens)); }
 
-  // observed / predicted cost in `b`, relative to the lowest bucket observed; a bucket not
-  // observed takes its observed neighbours' (interpolated between two, the nearest below it past
-  // the highest, 1 below the lowest)
-  double factor(int b) const {
+  // observed / predicted cost of a pass scoring `tokens`, relative to the lowest bucket
+  // observed: linear in log2 T between the observed buckets' centres (b + 0.5); past the
+  // highest, the highest's; below the lowest, 1 (CostModel._factor)
+  double factor(double tokens) const {
     if (observed_.empty()) return 1.0;
-    auto hi = observed_.lower_bound(b);
-    if (hi != observed_.end() && hi->first == b) return observed_factor(hi->second);
+    const double x = std::log2(std::max(1.0, tokens));
+    auto hi = observed_.begin();
+    while (hi != observed_.end() && (double)hi->first + 0.5 <= x) ++hi;
     if (hi == observed_.begin()) return 1.0;
     auto lo = std::prev(hi);
     const double f_lo = observed_factor(lo->second);
     if (hi == observed_.end()) return f_lo;
     const double f_hi = observed_factor(hi->second);
-    return f_lo + (f_hi - f_lo) * (double)(b - lo->first) / (double)(hi->first - lo->first);
+    return f_lo + (f_hi - f_lo) * (x - ((double)lo->first + 0.5)) / (double)(hi->first - lo->first);
   }
 
   double observed_factor(const Observed& o) const {
