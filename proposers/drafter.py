@@ -455,12 +455,16 @@ class SpecDrafter:
                 if ctl is not None:
                     ctl.forget(h)
                 n_fin += 1
+            else:  # never started: only its scope to forget
+                core.drop_scope(h)
         for h in aborted:
             if core.has(h):
                 core.abort(h)
                 if ctl is not None:
                     ctl.forget(h)
                 n_ab += 1
+            else:
+                core.drop_scope(h)
         vmax = self.vocab_size if self.vocab_size else 2 ** 31
         size = tokens.shape[0]
 
@@ -484,8 +488,8 @@ class SpecDrafter:
         for j, h in enumerate(handles):
             n = int(num_tokens[j])
             known = core.num_tokens(h) if core.has(h) else -1
-            if known >= 0 and n < known:  # the engine discarded tokens: start over
-                core.abort(h)
+            if known >= 0 and n < known:  # the engine discarded tokens: start over (same scope)
+                core.abort(h, keep_scope=True)
                 if ctl is not None:
                     ctl.forget(h)
                 n_ab += 1
