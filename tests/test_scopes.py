@@ -117,3 +117,15 @@ def test_vllm_scope_transport_overrides_what_a_client_sends():
     r = request(None, None)
     adapter.set_request_scope(r)
     assert r.sampling_params.extra_args is None
+
+
+def test_scope_figures_are_ranks_not_names():
+    from specdraft.plugins.vllm_metrics import SCOPE_RANKS, prometheus_families
+
+    fams = {f.name: f for f in prometheus_families(
+        {"cache_scopes": 2, "scope_cache_tokens_top": [120, 40]}, {"model_name": "m"})}
+    assert fams["specdraft:cache_scopes"].samples[0].value == 2
+    samples = fams["specdraft:scope_cache_tokens"].samples
+    assert [(s.labels["rank"], s.value) for s in samples] == (
+        [("1", 120), ("2", 40)] + [(str(r), 0) for r in range(3, SCOPE_RANKS + 1)])
+    assert all(set(s.labels) == {"model_name", "rank"} for s in samples)
