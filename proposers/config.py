@@ -33,7 +33,8 @@ class DrafterConfig:
     cache_prompts: bool = False        # also cache finished requests' prompts
     live_outputs: bool = True          # requests still generating are in the global cache too
     local_weight: int = 6              # weight of the request's own index against the global cache
-    corpus_files: tuple[str, ...] = ()  # token corpora drafts may copy from
+    corpus_files: tuple = ()           # token corpora drafts may copy from: paths, or
+    #                                    {"path": ..., "scopes": [...]} for some tenant scopes
     max_children: int = 4              # branching of tree drafts
     min_path_prob: float = 0.02        # do not draft nodes less likely than this
     lookup_min: int = 2                # lookup: shortest n-gram to match
@@ -71,7 +72,9 @@ class DrafterConfig:
                 raise SpecdraftConfigError(
                     f"invalid specdraft option corpus_files={files!r}: accepted a list of file "
                     "paths (.jsonl with token_ids or text, or text files)")
-            options["corpus_files"] = tuple(files)
+            from specdraft.proposers.corpus import corpus_entry
+
+            options["corpus_files"] = tuple(corpus_entry(f) for f in files)
         if options.get("shared_cache") is not None:
             from specdraft.proposers.shared_cache import validate_options
 
@@ -115,8 +118,9 @@ class DrafterConfig:
         need(isinstance(self.live_outputs, bool), "live_outputs", "true or false")
         need(is_int(self.local_weight) and 1 <= self.local_weight <= 64, "local_weight",
              "an integer in [1, 64]")
-        need(all(isinstance(f, str) and f for f in self.corpus_files), "corpus_files",
-             "a list of file paths (.jsonl with token_ids or text, or text files)")
+        need(all((isinstance(f, str) and f) or isinstance(f, tuple) for f in self.corpus_files),
+             "corpus_files", "a list of file paths (.jsonl with token_ids or text, or text "
+             "files), or objects {\"path\": ..., \"scopes\": [cache_salt or null, ...]}")
         need(is_int(self.max_children) and 1 <= self.max_children <= 16, "max_children",
              "an integer in [1, 16]")
         need(is_num(self.min_path_prob) and 0.0 <= self.min_path_prob < 1.0, "min_path_prob",

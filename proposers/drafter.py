@@ -27,7 +27,7 @@ import numpy as np
 from specdraft.proposers.base import DraftTree, DrafterStats, SpecdraftConfigError
 from specdraft.proposers.config import DrafterConfig
 from specdraft.proposers.controller import CostModel, DraftLengthController, cost_spec
-from specdraft.proposers.corpus import read_corpus
+from specdraft.proposers.corpus import corpus_entries, read_corpus
 from specdraft.proposers.lookup import PromptLookupCore
 from specdraft.proposers.suffix_core import SuffixCore
 
@@ -192,8 +192,8 @@ class SpecDrafter:
         self._next = 0
         self._stats = DrafterStats()
         self._lock = threading.RLock()
-        for path in cfg.corpus_files:
-            self.load_corpus(read_corpus(path, tokenizer))
+        for path, scopes in corpus_entries(cfg.corpus_files):
+            self.load_corpus(read_corpus(path, tokenizer), scopes)
 
     # ------------------------------------------------------------- lifecycle
     @property

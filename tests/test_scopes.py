@@ -129,3 +129,24 @@ def test_scope_figures_are_ranks_not_names():
     assert [(s.labels["rank"], s.value) for s in samples] == (
         [("1", 120), ("2", 40)] + [(str(r), 0) for r in range(3, SCOPE_RANKS + 1)])
     assert all(set(s.labels) == {"model_name", "rank"} for s in samples)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_corpora_serve_the_scopes_they_name(tmp_path, native):
+    import json
+
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"token_ids": PROMPT + ANSWER}) + "\n")
+    d = make_drafter({"native": native, "adaptive": False, "corpus_files": [
+        {"path": str(path), "scopes": ["tenant-a", None]}]})
+    for req, scope, drafts in (("a", "tenant-a", True), ("u", None, True), ("b", "tenant-b", False)):
+        d.start(req, PROMPT + ANSWER[:4], scope=scope)
+        assert (d.draft(req, 4).token_ids == ANSWER[4:8]) is drafts, scope
+    # a plain path serves every scope
+    d = make_drafter({"native": native, "adaptive": False, "corpus_files": [str(path)]})
+    d.start("b", PROMPT + ANSWER[:4], scope="tenant-b")
+    assert d.draft("b", 4).token_ids == ANSWER[4:8]
+    for bad in ({"path": str(path), "scopes": "tenant-a"}, {"file": str(path)},
+                {"path": str(path), "scopes": [3]}):
+        with pytest.raises(SpecdraftConfigError, match="corpus_files"):
+            make_drafter({"corpus_files": [bad]})
