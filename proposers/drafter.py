@@ -245,6 +245,12 @@ class SpecDrafter:
                 raise KeyError(f"request id {req_id!r} already started: its scope is fixed")
             self.core.set_scope(h, scope)
 
+    def scope_of(self, req_id) -> str | None:
+        """The scope of a request the drafter holds (None: unscoped, or unknown)."""
+        with self._lock:
+            h = self._handles.get(req_id)
+            return None if h is None else self.core.scope_of(h)
+
     def start(self, req_id, prompt_token_ids: Sequence[int], scope: str | None = None) -> None:
         toks = self._check_tokens(prompt_token_ids, "prompt_token_ids")
         with self._lock:
@@ -287,6 +293,9 @@ class SpecDrafter:
             h = self._handles.pop(req_id, None)
             if h is None:
                 raise KeyError(f"unknown request id {req_id!r}: start() it first")
+            if not self.core.has(h):  # scoped, never started
+                self.core.drop_scope(h)
+                return
             t0 = time.perf_counter()
             self.core.finish(h)
             self._forget(h)
