@@ -12,7 +12,7 @@ read between runs; the draft length is fixed (adaptive off: see
 integration_tests/test_vllm_tenants.py); every output is checked token for token against a
 deployment without speculation; the exit status is 1 if a check fails.
 
-About 7 GiB and 6 minutes on a 2-core machine (two deployments start: plain, then the pair);
+About 7 GiB and 7 minutes on a 2-core machine (two deployments start: plain, then the pair);
 the helpers (cluster, deployments, figures) are those of ray_serve_two_replicas.py.
 """
 
