@@ -150,3 +150,23 @@ def test_corpora_serve_the_scopes_they_name(tmp_path, native):
                 {"path": str(path), "scopes": [3]}):
         with pytest.raises(SpecdraftConfigError, match="corpus_files"):
             make_drafter({"corpus_files": [bad]})
+
+
+def test_thousands_of_salts_through_the_step_path_stay_bounded():
+    d = make_drafter({"max_scopes": 32, "global_cache_tokens": 20_000,
+                      "scope_cache_tokens": 1_000, "adaptive": False})
+    rng = random.Random(5)
+    sizes = []
+    for i in range(2000):
+        req = f"r{i}"
+        d.set_scope(req, f"salt-{i}")
+        hist = PROMPT + [rng.randrange(1000) for _ in range(40)]
+        _step(d, [req], [hist[:len(PROMPT) + 1]])
+        _step(d, [req], [hist])
+        d.step([], np.zeros((0, 1), dtype=np.int32), [], [], 0, finished=[req])
+        m = d.metrics()
+        assert m["cache_scopes"] <= 32 and m["global_cache_tokens"] <= 20_000
+        if i >= 200 and i % 100 == 0:
+            sizes.append(m["global_cache_bytes"])
+    assert max(sizes) < 1.3 * min(sizes), sizes
+    assert d.metrics()["live_requests"] == 0
