@@ -37,7 +37,9 @@ SGLang facts this module relies on:
   the external-corpus endpoints call ``load_external_corpus_named``,
   ``commit_external_corpus_load``, ``remove_external_corpus`` and ``list_external_corpora``.
 * ``Req``: ``rid``, ``origin_input_ids_unpadded`` (the prompt), ``output_ids`` (kept across
-  retraction), ``finished()``, ``finished_reason`` (``FINISH_ABORT`` for aborts).
+  retraction), ``finished()``, ``finished_reason`` (``FINISH_ABORT`` for aborts), and
+  ``cache_salt`` (the request's ``cache_salt`` field, SGLang's per-request key for isolating
+  its prefix cache: specdraft's tenant scope; None or "" without one).
 """
 
 from __future__ import annotations
@@ -164,6 +166,12 @@ class _Request:
         self.resumed = False    # came back after leaving the decode batch (retracted)
 
 
+def request_scope(req: Any) -> str | None:
+    """A request's tenant scope: its ``cache_salt`` (None without a Req or a salt)."""
+    salt = getattr(req, "cache_salt", None)
+    return salt if isinstance(salt, str) and salt else None
+
+
 class SpecdraftCorpus:
     """SGLang's NGRAM corpus interface, answered by a specdraft drafter.
 
@@ -197,6 +205,7 @@ class SpecdraftCorpus:
 
     @staticmethod
     def _history(req: Any, tail: Sequence[int], total_len: int) -> tuple[list[int], int]:
+        # (a Req is needed for the scope too: without one, a request drafts unscoped)
         """(tokens[:total_len], prompt length) of a request from its ``Req`` and tail."""
         prompt = list(req.origin_input_ids_unpadded)
         tokens = prompt + list(req.output_ids)
@@ -219,7 +228,7 @@ class SpecdraftCorpus:
                 tokens, prompt_len = self._history(req, tail, total_len)
             else:  # no Req bound (direct use): the tail is all we know of this request
                 tokens, prompt_len = list(tail), len(tail)
-            self.drafter.start(rid, tokens[:prompt_len])
+            self.drafter.start(rid, tokens[:prompt_len], scope=request_scope(req))
             if len(tokens) > prompt_len:
                 self.drafter.extend(rid, tokens[prompt_len:], None)
             self._live[rid] = _Request(total_len)

@@ -74,6 +74,9 @@ class VllmStep:
         for req_id, aborted in begin.finished:
             (self.aborted if aborted else self.finished).append(req_id)
             self.speculates.pop(req_id, None)
+        for req_id, scope in begin.scopes:  # before its first row: it starts in its scope
+            if not self.drafter.has(req_id):
+                self.drafter.set_scope(req_id, scope)
         self.step_started = (begin.num_scheduled_tokens, begin.started_at)
 
     def bind(self, view: Any) -> None:

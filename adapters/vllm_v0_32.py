@@ -74,6 +74,8 @@ SOURCE_FUNCTIONS = (
     ("vllm/v1/spec_decode/suffix_decoding.py", "SuffixDecodingProposer.__init__", ("self", "vllm_config")),
     ("vllm/v1/spec_decode/suffix_decoding.py", "SuffixDecodingProposer.propose",
      ("self", "num_speculative_tokens", "input_batch", "sampled_token_ids", "slot_mappings")),
+    ("vllm/v1/engine/input_processor.py", "InputProcessor.process_inputs",
+     ("self", "request_id", "prompt", "params")),
 )
 # Fields read on vLLM objects: (file, class, names assigned in its body or __init__)
 SOURCE_FIELDS = (
@@ -84,6 +86,10 @@ SOURCE_FIELDS = (
      ("num_prompt_tokens", "num_tokens_no_spec", "token_ids_cpu", "req_id_to_index")),
     ("vllm/v1/worker/gpu_input_batch.py", "CachedRequestState",
      ("sampling_params", "output_token_ids")),
+    # the tenant key: on the engine core's request, never on the worker's request state
+    ("vllm/v1/engine/__init__.py", "EngineCoreRequest", ("cache_salt", "sampling_params")),
+    ("vllm/v1/core/sched/output.py", "NewRequestData", ("req_id", "sampling_params")),
+    ("vllm/v1/core/sched/output.py", "SchedulerOutput", ("scheduled_new_reqs",)),
     ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner",
      ("input_batch", "requests", "max_model_len", "num_spec_tokens", "drafter")),
     ("vllm/engine/arg_utils.py", "EngineArgs",
@@ -113,6 +119,13 @@ REQUEST_OPTIONS_KEY = "specdraft"          # SamplingParams.extra_args[...] per-
 _INPUT_PROCESSOR = "vllm.v1.engine.input_processor"
 
 _EXPAND_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
+
+# A request's tenant scope is its cache_salt (prompt field offline, request field on the OpenAI
+# server). vLLM keeps the salt on the engine core's request (EngineCoreRequest / Request) and
+# does not send it to the workers, so process 0 copies it into the request's own
+# SamplingParams.extra_args under this key, which the workers read from NewRequestData. Any value
+# a client put there is overwritten or removed, so no request can claim another's scope.
+SCOPE_ARG = "_specdraft_scope"
 
 
 def logger():
@@ -261,6 +274,54 @@ def install_request_check(check: Callable[[Any], None]) -> bool:
     return True
 
 
+def install_scope_transport() -> bool:
+    """Copy each request's ``cache_salt`` into its ``SamplingParams.extra_args[SCOPE_ARG]``
+    as vLLM builds the engine core's request (``InputProcessor.process_inputs``, process 0),
+    in engines whose speculative config carries specdraft's options."""
+    import importlib
+
+    module = importlib.import_module(_INPUT_PROCESSOR)
+    processor_cls = module.InputProcessor
+    original = processor_cls.process_inputs
+    if getattr(original, "_specdraft_hook", False):
+        return True
+
+    @functools.wraps(original)
+    def process_inputs(self, *args, **kwargs):
+        request = original(self, *args, **kwargs)
+        if getattr(getattr(self, "speculative_config", None), OPTIONS_ATTR, None) is not None:
+            set_request_scope(request)
+        return request
+
+    process_inputs._specdraft_hook = True  # type: ignore[attr-defined]
+    processor_cls.process_inputs = process_inputs
+    return True
+
+
+def set_request_scope(request: Any) -> None:
+    """``request.cache_salt`` into its sampling parameters' extra arguments (a new dict: the
+    caller's SamplingParams may be shared by many prompts)."""
+    sp = getattr(request, "sampling_params", None)
+    if sp is None:
+        return
+    salt = getattr(request, "cache_salt", None)
+    extra = dict(sp.extra_args or {})
+    if salt is not None:
+        extra[SCOPE_ARG] = str(salt)
+    elif SCOPE_ARG not in extra:
+        return
+    else:
+        del extra[SCOPE_ARG]
+    sp.extra_args = extra or None
+
+
+def request_scope(sampling_params: Any) -> str | None:
+    """A worker's view of a request's scope (None: unsalted)."""
+    extra = getattr(sampling_params, "extra_args", None)
+    scope = extra.get(SCOPE_ARG) if extra else None
+    return scope if isinstance(scope, str) else None
+
+
 # ---------------------------------------------------------------------------------------------
 # Request identity: hooks on the model runner
 # ---------------------------------------------------------------------------------------------
@@ -272,6 +333,8 @@ class StepBegin:
     finished: list[tuple[str, bool]]  # (req_id, aborted) for requests that ended since last step
     num_scheduled_tokens: int         # tokens the target scores this step
     started_at: float                 # perf_counter() at execute_model entry
+    scopes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    #                                   (req_id, scope) of new salted requests
 
 
 def _stop_token_ids(sampling_params: Any) -> set[int]:
@@ -573,8 +636,13 @@ def _step_begin(runner: Any, scheduler_output: Any) -> StepBegin:
         req_state = runner.requests.get(req_id)
         aborted = req_state is None or not ended_normally(req_state, max_model_len, lookback)
         finished.append((req_id, aborted))
+    scopes = []
+    for new in scheduler_output.scheduled_new_reqs:
+        scope = request_scope(new.sampling_params)
+        if scope is not None:
+            scopes.append((new.req_id, scope))
     return StepBegin(finished, int(scheduler_output.total_num_scheduled_tokens),
-                     time.perf_counter())
+                     time.perf_counter(), scopes)
 
 
 # ---------------------------------------------------------------------------------------------

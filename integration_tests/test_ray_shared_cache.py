@@ -44,11 +44,12 @@ class Replica:
         self.drafter = make_drafter(options, chain_only=True, vocab_size=256)
         self.n = 0
 
-    def serve(self, prompt: list[int], output: list[int], budget: int = 16) -> dict:
+    def serve(self, prompt: list[int], output: list[int], budget: int = 16,
+              scope: str | None = None) -> dict:
         req = f"r{self.n}"
         self.n += 1
         d = self.drafter
-        d.start(req, prompt)
+        d.start(req, prompt, scope=scope)
         pos = accepted = drafted = 0
         emitted: list[int] = []
         while pos < len(output):
@@ -131,6 +132,30 @@ def test_replica_b_drafts_from_what_replica_a_served(cluster):
     assert shared["b"]["accepted"] > 0.8 * out_tokens
 
 
+def test_shared_sequences_stay_in_their_tenant_scope(cluster):
+    """Replica A serves a tenant's session; on replica B another tenant and an unscoped request
+    asking the last turn draft nothing from it, the same tenant drafts most of it."""
+    a, b = Replica.remote(_options("test-scopes")), Replica.remote(_options("test-scopes"))
+    session = _session(4)
+    for p, o in session[:3]:
+        ray.get(a.serve.remote(p, o, 16, "tenant-a"))
+    ray.get(a.sync.remote())
+    ray.get(b.sync.remote())
+    last = session[3]
+    fresh = Replica.remote(_options(None))
+    cold = ray.get(fresh.serve.remote(*last, 16, "tenant-a"))
+    other = ray.get(b.serve.remote(*last, 16, "tenant-b"))
+    unscoped = ray.get(b.serve.remote(*last, 16, None))
+    same = ray.get(b.serve.remote(*last, 16, "tenant-a"))
+    print(f"\nreplica B, turn 4: accepted {cold['accepted']} alone, {other['accepted']} as "
+          f"tenant-b, {unscoped['accepted']} unscoped, {same['accepted']} as tenant-a")
+    assert other["output"] == unscoped["output"] == same["output"] == last[1]
+    assert other["accepted"] == unscoped["accepted"] == cold["accepted"]
+    assert same["accepted"] > 0.8 * len(last[1])
+    for r in (a, b, fresh):
+        ray.kill(r)
+
+
 def _stats_once_up(name: str, timeout: float = 60.0) -> dict:
     import time
 
@@ -178,7 +203,8 @@ def test_store_stays_within_its_budget(cluster):
     stats = ray.get(store.stats.remote())
     assert stats["tokens"] <= budget and stats["published"] == 500 and stats["evicted"] > 0
     _, _, pulled = ray.get(store.pull.remote(-1, "y"))
-    assert sum(map(len, pulled)) == stats["tokens"]  # what is held is what a replica pulls
+    assert sum(len(s) for _, s in pulled) == stats["tokens"]  # what is held is what is pulled
+    assert {k for k, _ in pulled} == {None}  # (scope, tokens): published without scopes
 
 
 def test_published_bytes_per_token():

@@ -306,7 +306,7 @@ class SpecdraftProposer:
 
 # Figures taken from the drafter's metrics(); the rest are counted here, as vLLM saw them.
 _DRAFTER_FIGURES = ("global_cache_tokens", "global_cache_nodes", "global_cache_bytes",
-                    "live_requests", "native",
+                    "live_requests", "native", "cache_scopes", "scope_cache_tokens_top",
                     # the shared cache's (specdraft.proposers.shared_cache), when it is on
                     "shared_cache_published_tokens", "shared_cache_pulled_tokens",
                     "shared_cache_errors", "shared_cache_restarts_seen",

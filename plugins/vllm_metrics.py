@@ -75,6 +75,10 @@ class SnapshotWriter:
             self.flush()
 
 
+# scope_cache_tokens series: the largest few scopes, always this many (zeros when fewer)
+SCOPE_RANKS = 5
+
+
 def prometheus_families(snapshot: dict, labels: dict[str, str]) -> Iterator[Any]:
     """Prometheus metric families for one engine's snapshot."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -130,6 +134,15 @@ def prometheus_families(snapshot: dict, labels: dict[str, str]) -> Iterator[Any]
                 snapshot.get("global_cache_tokens", 0))
     yield gauge("global_cache_bytes", "Memory held by the global cache, bytes.",
                 snapshot.get("global_cache_bytes", 0))
+    yield gauge("cache_scopes", "Tenant scopes (cache_salt values) whose global caches are "
+                "held; the unsalted pool is not counted.", snapshot.get("cache_scopes", 0))
+    top = GaugeMetricFamily(PREFIX + "scope_cache_tokens",
+                            "Tokens held by the largest tenant scopes' global caches, by rank "
+                            "(1 = largest; ranks, never tenant names).", labels=names + ["rank"])
+    tops = list(snapshot.get("scope_cache_tokens_top", []))
+    for rank in range(SCOPE_RANKS):
+        top.add_metric(values + [str(rank + 1)], tops[rank] if rank < len(tops) else 0)
+    yield top
     if "shared_cache_errors" in snapshot:  # the shared cache is on
         for name, doc in (("published_tokens", "Tokens this engine published to the shared cache."),
                           ("pulled_tokens", "Tokens this engine pulled from the shared cache."),

@@ -123,6 +123,9 @@ def prepare_speculative_config(spec_config: Any, raw_options: Any, given: bool) 
     except Exception:  # noqa: BLE001 - serving goes on; only the per-request check is missing
         adapter.logger().exception("specdraft: cannot check per-request specdraft options; "
                                    "unknown specdraft* keys in requests will be ignored")
+    # tenant scopes: each request's cache_salt reaches the workers; failing that, serving must
+    # not go on with every tenant in one pool
+    adapter.install_scope_transport()
 
 
 def check_engine_fit(spec_config: Any, options: dict) -> None:

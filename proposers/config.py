@@ -18,6 +18,8 @@ STRATEGIES = ("suffix", "tree", "lookup")
 # The native index numbers its nodes with int32 and a cached token takes ~3.5 nodes: 2**29 tokens
 # keep node ids in range (and the Python twin to the same bound).
 MAX_GLOBAL_CACHE_TOKENS = 2**29
+# Tenant scopes held at once (each scoped pool costs a small index even when empty)
+MAX_SCOPES = 65536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,10 +28,13 @@ class DrafterConfig:
     #                                    lookup: prompt lookup (n-gram match in the request only)
     max_depth: int = 24                # longest context suffix the index matches on
     global_cache_tokens: int = 1_000_000  # budget of the cache of earlier requests (0: off)
+    scope_cache_tokens: Any = None     # each tenant scope's share of it (None: all of it)
+    max_scopes: int = 1024             # tenant scopes held (least recently used evicted whole)
     cache_prompts: bool = False        # also cache finished requests' prompts
     live_outputs: bool = True          # requests still generating are in the global cache too
     local_weight: int = 6              # weight of the request's own index against the global cache
-    corpus_files: tuple[str, ...] = ()  # token corpora drafts may copy from
+    corpus_files: tuple = ()           # token corpora drafts may copy from: paths, or
+    #                                    {"path": ..., "scopes": [...]} for some tenant scopes
     max_children: int = 4              # branching of tree drafts
     min_path_prob: float = 0.02        # do not draft nodes less likely than this
     lookup_min: int = 2                # lookup: shortest n-gram to match
@@ -67,7 +72,9 @@ class DrafterConfig:
                 raise SpecdraftConfigError(
                     f"invalid specdraft option corpus_files={files!r}: accepted a list of file "
                     "paths (.jsonl with token_ids or text, or text files)")
-            options["corpus_files"] = tuple(files)
+            from specdraft.proposers.corpus import corpus_entry
+
+            options["corpus_files"] = tuple(corpus_entry(f) for f in files)
         if options.get("shared_cache") is not None:
             from specdraft.proposers.shared_cache import validate_options
 
@@ -100,12 +107,20 @@ class DrafterConfig:
         need(is_int(self.global_cache_tokens)
              and 0 <= self.global_cache_tokens <= MAX_GLOBAL_CACHE_TOKENS, "global_cache_tokens",
              f"an integer in [0, {MAX_GLOBAL_CACHE_TOKENS}] (0 turns the global cache off)")
+        need(self.scope_cache_tokens is None or (
+            is_int(self.scope_cache_tokens)
+            and 0 <= self.scope_cache_tokens <= self.global_cache_tokens), "scope_cache_tokens",
+             f"null (the whole global_cache_tokens) or an integer in [0, global_cache_tokens="
+             f"{self.global_cache_tokens}]")
+        need(is_int(self.max_scopes) and 1 <= self.max_scopes <= MAX_SCOPES, "max_scopes",
+             f"an integer in [1, {MAX_SCOPES}]")
         need(isinstance(self.cache_prompts, bool), "cache_prompts", "true or false")
         need(isinstance(self.live_outputs, bool), "live_outputs", "true or false")
         need(is_int(self.local_weight) and 1 <= self.local_weight <= 64, "local_weight",
              "an integer in [1, 64]")
-        need(all(isinstance(f, str) and f for f in self.corpus_files), "corpus_files",
-             "a list of file paths (.jsonl with token_ids or text, or text files)")
+        need(all((isinstance(f, str) and f) or isinstance(f, tuple) for f in self.corpus_files),
+             "corpus_files", "a list of file paths (.jsonl with token_ids or text, or text "
+             "files), or objects {\"path\": ..., \"scopes\": [cache_salt or null, ...]}")
         need(is_int(self.max_children) and 1 <= self.max_children <= 16, "max_children",
              "an integer in [1, 16]")
         need(is_num(self.min_path_prob) and 0.0 <= self.min_path_prob < 1.0, "min_path_prob",

@@ -61,9 +61,45 @@ def _documents(path: str, vocab_size: int | None) -> Iterable[list[int] | str]:
         raise _error(f"{path}:{line}", f"not UTF-8 ({e.reason} at byte {e.start})") from None
 
 
-def check_corpus_files(paths: Iterable[str], vocab_size: int | None = None) -> None:
+SCOPES_ACCEPTED = ("accepted: a path, or {\"path\": PATH, \"scopes\": [...]} where each scope is a "
+                   "tenant's cache_salt (a string) or null (requests without one)")
+
+
+def corpus_entry(entry):
+    """One ``corpus_files`` entry as the config keeps it: a path (served to every scope), or
+    (path, scopes) for a corpus served to those tenant scopes only (None: the unsalted pool)."""
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, tuple) and len(entry) == 2:
+        entry = {"path": entry[0], "scopes": entry[1]}
+    if not isinstance(entry, dict) or set(entry) - {"path", "scopes"} or "path" not in entry:
+        raise SpecdraftConfigError(f"invalid specdraft option corpus_files entry {entry!r}; "
+                                   f"{SCOPES_ACCEPTED}")
+    path, scopes = entry["path"], entry.get("scopes")
+    if not isinstance(path, str) or not path:
+        raise SpecdraftConfigError(f"invalid specdraft option corpus_files entry {entry!r}: "
+                                   f"'path' must be a file path; {SCOPES_ACCEPTED}")
+    if scopes is None:
+        return path
+    if not isinstance(scopes, (list, tuple)) or not all(s is None or isinstance(s, str)
+                                                        for s in scopes):
+        raise SpecdraftConfigError(f"invalid specdraft option corpus_files entry {entry!r}: "
+                                   f"'scopes' must be a list; {SCOPES_ACCEPTED}")
+    return (path, tuple(scopes))
+
+
+def corpus_entries(entries: Iterable) -> list[tuple[str, tuple | None]]:
+    """(path, scopes or None for every scope) of each ``corpus_files`` entry."""
+    out = []
+    for e in entries:
+        e = corpus_entry(e)
+        out.append((e, None) if isinstance(e, str) else e)
+    return out
+
+
+def check_corpus_files(paths: Iterable, vocab_size: int | None = None) -> None:
     """Read and parse every corpus file (no tokenizing); raises SpecdraftConfigError."""
-    for path in paths:
+    for path, _ in corpus_entries(paths):
         for _ in _documents(path, vocab_size):
             pass
 

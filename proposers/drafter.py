@@ -27,11 +27,14 @@ import numpy as np
 from specdraft.proposers.base import DraftTree, DrafterStats, SpecdraftConfigError
 from specdraft.proposers.config import DrafterConfig
 from specdraft.proposers.controller import CostModel, DraftLengthController, cost_spec
-from specdraft.proposers.corpus import read_corpus
+from specdraft.proposers.corpus import corpus_entries, read_corpus
 from specdraft.proposers.lookup import PromptLookupCore
 from specdraft.proposers.suffix_core import SuffixCore
 
 logger = logging.getLogger("specdraft")
+
+# the largest scopes' token counts in the figures (ranks, never tenant names)
+SCOPE_TOKENS_TOP = 5
 
 
 def native_core_class():
@@ -49,7 +52,10 @@ def make_core(cfg: DrafterConfig):
     kwargs = dict(max_depth=cfg.max_depth, global_cache_tokens=cfg.global_cache_tokens,
                   max_children=cfg.max_children if cfg.strategy == "tree" else 1,
                   min_path_prob=cfg.min_path_prob, cache_prompts=cfg.cache_prompts,
-                  local_weight=cfg.local_weight, live_outputs=cfg.live_outputs)
+                  local_weight=cfg.local_weight, live_outputs=cfg.live_outputs,
+                  scope_cache_tokens=(-1 if cfg.scope_cache_tokens is None
+                                      else cfg.scope_cache_tokens),
+                  max_scopes=cfg.max_scopes)
     cls = native_core_class() if cfg.native in ("auto", True) else None
     if cls is None and cfg.native is True:
         raise SpecdraftConfigError("invalid specdraft option native=True: the native extension "
@@ -186,8 +192,8 @@ class SpecDrafter:
         self._next = 0
         self._stats = DrafterStats()
         self._lock = threading.RLock()
-        for path in cfg.corpus_files:
-            self.load_corpus(read_corpus(path, tokenizer))
+        for path, scopes in corpus_entries(cfg.corpus_files):
+            self.load_corpus(read_corpus(path, tokenizer), scopes)
 
     # ------------------------------------------------------------- lifecycle
     @property
@@ -222,14 +228,41 @@ class SpecDrafter:
                                  f"0 <= id < {V if V is not None else 2**31}")
         return toks
 
-    def start(self, req_id, prompt_token_ids: Sequence[int]) -> None:
+    def set_scope(self, req_id, scope: str | None) -> None:
+        """The tenant scope of a request not started yet (None: the unscoped pool): it drafts
+        only from its own history, its scope's earlier and live outputs and the corpora shared
+        with its scope. The per-step paths start it in that scope when its first row comes."""
+        if scope is not None and not isinstance(scope, str):
+            raise TypeError(f"scope must be a string or None, got {type(scope).__name__}")
+        with self._lock:
+            h = self._handles.get(req_id)
+            if h is None:
+                if scope is None:
+                    return
+                h = self._handles[req_id] = self._next_handle
+                self._next_handle += 1
+            elif self.core.has(h):
+                raise KeyError(f"request id {req_id!r} already started: its scope is fixed")
+            self.core.set_scope(h, scope)
+
+    def scope_of(self, req_id) -> str | None:
+        """The scope of a request the drafter holds (None: unscoped, or unknown)."""
+        with self._lock:
+            h = self._handles.get(req_id)
+            return None if h is None else self.core.scope_of(h)
+
+    def start(self, req_id, prompt_token_ids: Sequence[int], scope: str | None = None) -> None:
         toks = self._check_tokens(prompt_token_ids, "prompt_token_ids")
         with self._lock:
-            if req_id in self._handles:
+            h = self._handles.get(req_id)
+            if h is not None and self.core.has(h):
                 raise KeyError(f"request id {req_id!r} already started")
             t0 = time.perf_counter()
-            h = self._next_handle
-            self._next_handle += 1
+            if h is None:
+                h = self._next_handle
+                self._next_handle += 1
+            if scope is not None:
+                self.core.set_scope(h, scope)
             self.core.start(h, toks)
             self._handles[req_id] = h
             self._stats.requests += 1
@@ -260,6 +293,9 @@ class SpecDrafter:
             h = self._handles.pop(req_id, None)
             if h is None:
                 raise KeyError(f"unknown request id {req_id!r}: start() it first")
+            if not self.core.has(h):  # scoped, never started
+                self.core.drop_scope(h)
+                return
             t0 = time.perf_counter()
             self.core.finish(h)
             self._forget(h)
@@ -271,6 +307,9 @@ class SpecDrafter:
             h = self._handles.pop(req_id, None)
             if h is None:
                 return  # aborting twice, or a request we never saw, is harmless
+            if not self.core.has(h):  # scoped, never started
+                self.core.drop_scope(h)
+                return
             self.core.abort(h)
             self._forget(h)
             self._stats.aborted += 1
@@ -282,20 +321,29 @@ class SpecDrafter:
         if self._engine is not None:
             self._engine.forget(h)
 
-    def load_corpus(self, sequences: Iterable[Sequence[int]]) -> None:
+    def load_corpus(self, sequences: Iterable[Sequence[int]], scopes=None) -> None:
+        """Pin sequences in the global caches of ``scopes`` (None: every scope; a list may name
+        None for the unscoped pool)."""
         with self._lock:
             for seq in sequences:
-                self.core.load_corpus(self._check_tokens(seq, "corpus"))
+                toks = self._check_tokens(seq, "corpus")
+                if scopes is None:
+                    self.core.load_corpus(toks)
+                else:
+                    self.core.load_corpus(toks, list(scopes))
 
-    def add_to_global_cache(self, token_ids: Sequence[int]) -> None:
-        """Add a sequence to the global cache as if a request had produced it: evictable under
-        ``global_cache_tokens``, unlike a corpus (used for sequences other replicas learned)."""
+    def add_to_global_cache(self, token_ids: Sequence[int], scope: str | None = None) -> None:
+        """Add a sequence to the global cache of ``scope`` as if a request had produced it:
+        evictable under ``global_cache_tokens``, unlike a corpus (used for sequences other
+        replicas learned)."""
         toks = self._check_tokens(token_ids, "token_ids")
         if not toks or self.config.strategy == "lookup":
             return
         with self._lock:
             h = self._next_handle
             self._next_handle += 1
+            if scope is not None:
+                self.core.set_scope(h, scope)
             self.core.start(h, [])
             self.core.extend(h, toks)
             self.core.finish(h)
@@ -455,12 +503,16 @@ class SpecDrafter:
                 if ctl is not None:
                     ctl.forget(h)
                 n_fin += 1
+            else:  # never started: only its scope to forget
+                core.drop_scope(h)
         for h in aborted:
             if core.has(h):
                 core.abort(h)
                 if ctl is not None:
                     ctl.forget(h)
                 n_ab += 1
+            else:
+                core.drop_scope(h)
         vmax = self.vocab_size if self.vocab_size else 2 ** 31
         size = tokens.shape[0]
 
@@ -484,8 +536,8 @@ class SpecDrafter:
         for j, h in enumerate(handles):
             n = int(num_tokens[j])
             known = core.num_tokens(h) if core.has(h) else -1
-            if known >= 0 and n < known:  # the engine discarded tokens: start over
-                core.abort(h)
+            if known >= 0 and n < known:  # the engine discarded tokens: start over (same scope)
+                core.abort(h, keep_scope=True)
                 if ctl is not None:
                     ctl.forget(h)
                 n_ab += 1
@@ -533,17 +585,25 @@ class SpecDrafter:
                 (started, n_fin, n_ab, accepted, int(np.count_nonzero(lengths)), len(out)))
 
     def reset(self) -> None:
-        """Forget every live request (after a failure; the engine's history rebuilds them)."""
+        """Forget every live request (after a failure; the engine's history rebuilds them, each
+        in the scope it had)."""
         with self._lock:
-            for h in list(self._handles.values()):
+            scopes = {}
+            for r, h in list(self._handles.items()):
+                scope = self.core.scope_of(h)
+                if scope is not None:
+                    scopes[r] = scope
                 if self.core.has(h):
                     self.core.abort(h)
+                self.core.drop_scope(h)
                 if self.controller is not None:
                     self.controller.forget(h)
                 self._stats.aborted += 1
             self._handles.clear()
             if self._engine is not None:
                 self._engine.clear()
+            for r, scope in scopes.items():
+                self.set_scope(r, scope)
 
     def req_ids(self) -> list:
         """The engine request ids the drafter holds state for."""
@@ -581,6 +641,8 @@ class SpecDrafter:
             m["live_requests"] = len(self._handles)
             m["global_cache_tokens"] = self.core.global_tokens()
             m["global_cache_nodes"] = self.core.global_nodes()
+            m["cache_scopes"] = self.core.num_scopes()
+            m["scope_cache_tokens_top"] = list(self.core.scope_tokens(SCOPE_TOKENS_TOP))
             if hasattr(self.core, "memory_bytes"):
                 m["global_cache_bytes"] = self.core.memory_bytes()
             m["acceptance_rate"] = s.accepted_tokens / s.drafted_tokens if s.drafted_tokens else 0.0

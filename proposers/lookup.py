@@ -47,10 +47,27 @@ class PromptLookupCore:
     def num_tokens(self, handle: int) -> int:
         return len(self._requests[handle].tokens)
 
-    def abort(self, handle: int) -> None:
+    def abort(self, handle: int, keep_scope: bool = False) -> None:
         del self._requests[handle]
 
-    finish = abort  # nothing outlives the request
+    def finish(self, handle: int) -> None:
+        del self._requests[handle]  # nothing outlives the request
+
+    # scopes: nothing is shared between requests, so there is nothing to scope
+    def set_scope(self, handle: int, scope) -> None:
+        pass
+
+    def scope_of(self, handle: int):
+        return None
+
+    def drop_scope(self, handle: int) -> None:
+        pass
+
+    def num_scopes(self) -> int:
+        return 0
+
+    def scope_tokens(self, k: int = 5) -> list[int]:
+        return []
 
     def load_corpus(self, tokens) -> None:
         raise ValueError("the lookup strategy drafts from the request only; corpus_files need "

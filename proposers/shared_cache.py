@@ -11,6 +11,9 @@ outbox and ``drain`` pops an in-memory inbox; one background thread per replica 
 actor. A slow, dead or restarting store only delays sharing: local drafting goes on meanwhile,
 failures are counted (``shared_cache_errors``) and logged once per outage.
 
+Tenant scopes travel with the sequences: a request's sequence is published with its scope (vLLM:
+its ``cache_salt``) and lands, on every other replica, in that scope's global cache only.
+
 Consistency is eventual: a sequence reaches other replicas within about one pull interval after
 the request finishes (plus the actor's round trip), in the store's order; a replica never sees its
 own sequences back. The store is bounded by a token budget and evicts oldest first; each replica's
@@ -92,41 +95,44 @@ class SharedCacheStore:
     def __init__(self, budget_tokens: int):
         self.budget_tokens = int(budget_tokens)
         self.generation = uuid.uuid4().hex  # changes when Ray restarts the actor
-        self._seqs: collections.deque = collections.deque()  # (seq_no, origin, tokens)
+        self._seqs: collections.deque = collections.deque()  # (seq_no, origin, scope, tokens)
         self._next = 0
         self.tokens = 0
         self.published = 0
         self.evicted = 0
 
-    def publish(self, origin: str, sequences: Sequence[Sequence[int]]) -> int:
-        """Add sequences (longer than the budget: dropped); returns the store's token count."""
-        for seq in sequences:
+    def publish(self, origin: str, sequences: Sequence[Sequence[int]],
+                scopes: Sequence[str | None] | None = None) -> int:
+        """Add sequences (longer than the budget: dropped), each in its tenant scope (None:
+        unscoped); returns the store's token count."""
+        for i, seq in enumerate(sequences):
             n = len(seq)
             if n == 0 or n > self.budget_tokens:
                 continue
-            self._seqs.append((self._next, origin, seq))
+            self._seqs.append((self._next, origin, None if scopes is None else scopes[i], seq))
             self._next += 1
             self.tokens += n
             self.published += 1
             while self.tokens > self.budget_tokens:
-                _, _, old = self._seqs.popleft()
+                _, _, _, old = self._seqs.popleft()
                 self.tokens -= len(old)
                 self.evicted += 1
         return self.tokens
 
     def pull(self, after: int, origin: str, max_tokens: int | None = None) -> tuple:
-        """(generation, cursor, sequences published after ``after`` by other origins).
+        """(generation, cursor, (scope, sequence) pairs published after ``after`` by other
+        origins).
 
         ``after`` = -1 for everything held. At most ``max_tokens`` tokens per call (the cursor
         says where to resume)."""
         out, cursor, total = [], after, 0
-        for no, org, seq in self._seqs:
+        for no, org, scope, seq in self._seqs:
             if no <= after:
                 continue
             if org != origin:
                 if max_tokens is not None and out and total + len(seq) > max_tokens:
                     break
-                out.append(seq)
+                out.append((scope, seq))
                 total += len(seq)
             cursor = no
         return self.generation, cursor, out
@@ -184,21 +190,21 @@ class SharedCacheClient:
         self._thread.start()
 
     # -- called from the decoding step: in-memory only ------------------------------------------
-    def publish(self, tokens: Sequence[int]) -> None:
+    def publish(self, tokens: Sequence[int], scope: str | None = None) -> None:
         toks = list(tokens)
         if not toks:
             return
         with self._lock:
-            self._outbox.append(toks)
+            self._outbox.append((scope, toks))
             self._outbox_tokens += len(toks)
             # a store that is down must not make the outbox grow without bound
             while self._outbox_tokens > self.opts["tokens"] and len(self._outbox) > 1:
-                old = self._outbox.popleft()
+                _, old = self._outbox.popleft()
                 self._outbox_tokens -= len(old)
                 self.figures["shared_cache_dropped_tokens"] += len(old)
 
-    def drain(self) -> list[list[int]]:
-        """Sequences other replicas published since the last call."""
+    def drain(self) -> list[tuple[str | None, list[int]]]:
+        """(scope, sequence) pairs other replicas published since the last call."""
         if not self._inbox:
             return []
         with self._lock:
@@ -255,13 +261,16 @@ class SharedCacheClient:
         if batch:
             import numpy as np
 
-            arrays = [np.asarray(s, dtype=np.int32) for s in batch]
-            tokens = ray.get(self._store.publish.remote(self.origin, arrays), timeout=timeout)
+            arrays = [np.asarray(s, dtype=np.int32) for _, s in batch]
+            scopes = [k for k, _ in batch]
+            tokens = ray.get(self._store.publish.remote(
+                self.origin, arrays, scopes if any(k is not None for k in scopes) else None),
+                timeout=timeout)
             with self._lock:
                 for _ in batch:
-                    self._outbox_tokens -= len(self._outbox.popleft())
+                    self._outbox_tokens -= len(self._outbox.popleft()[1])
             self.figures["shared_cache_published_sequences"] += len(batch)
-            self.figures["shared_cache_published_tokens"] += sum(len(s) for s in batch)
+            self.figures["shared_cache_published_tokens"] += sum(len(s) for s in arrays)
             self.figures["shared_cache_store_tokens"] = tokens
         t0 = time.perf_counter()
         generation, cursor, seqs = ray.get(
@@ -281,9 +290,9 @@ class SharedCacheClient:
         self._cursor = cursor
         if seqs:
             with self._lock:
-                self._inbox.extend([int(t) for t in s] for s in seqs)
+                self._inbox.extend((k, [int(t) for t in s]) for k, s in seqs)
             self.figures["shared_cache_pulled_sequences"] += len(seqs)
-            self.figures["shared_cache_pulled_tokens"] += sum(len(s) for s in seqs)
+            self.figures["shared_cache_pulled_tokens"] += sum(len(s) for _, s in seqs)
 
 
 class SharedCacheDrafter:
@@ -310,8 +319,8 @@ class SharedCacheDrafter:
         """None: this wrapper records every request's tokens, so the engine goes through step."""
         return None
 
-    def start(self, req_id, prompt_token_ids: Sequence[int]) -> None:
-        self.drafter.start(req_id, prompt_token_ids)
+    def start(self, req_id, prompt_token_ids: Sequence[int], scope: str | None = None) -> None:
+        self.drafter.start(req_id, prompt_token_ids, scope=scope)
         toks = [int(t) for t in prompt_token_ids]
         self._tokens[req_id] = (len(toks), toks)
 
@@ -322,11 +331,12 @@ class SharedCacheDrafter:
             entry[1].extend(int(t) for t in token_ids)
 
     def finish(self, req_id) -> None:
+        scope = self.drafter.scope_of(req_id)
         self.drafter.finish(req_id)
         entry = self._tokens.pop(req_id, None)
         if entry is not None:
             num_prompt, toks = entry
-            self.client.publish(toks if self._cache_prompts else toks[num_prompt:])
+            self.client.publish(toks if self._cache_prompts else toks[num_prompt:], scope)
 
     def abort(self, req_id) -> None:
         self.drafter.abort(req_id)
@@ -344,7 +354,8 @@ class SharedCacheDrafter:
             entry = self._tokens.pop(req_id, None)
             if entry is not None:
                 num_prompt, toks = entry
-                self.client.publish(toks if self._cache_prompts else toks[num_prompt:])
+                self.client.publish(toks if self._cache_prompts else toks[num_prompt:],
+                                    self.drafter.scope_of(req_id))
         for req_id in aborted:
             self._tokens.pop(req_id, None)
         self.take_shared()
@@ -376,8 +387,8 @@ class SharedCacheDrafter:
     def take_shared(self) -> int:
         """Add sequences pulled from the store to the global cache; returns how many."""
         seqs = self.client.drain()
-        for seq in seqs:
-            self.drafter.add_to_global_cache(seq)
+        for scope, seq in seqs:
+            self.drafter.add_to_global_cache(seq, scope)
         return len(seqs)
 
     def draft_batch(self, req_ids: Sequence, max_budget: int | None = None, batch=None):

@@ -25,6 +25,16 @@ the request's own index counting ``local_weight`` times as much as the global ca
 request wrote (or was given) predicts its next tokens better than other requests' outputs with the
 same match length (an agent rewriting its file, a summary quoting its document). These are raw estimates; the adaptive
 controller calibrates them against what the target actually accepted.
+
+Scopes (tenants). A request may be given a scope before it starts (``set_scope``: a string, the
+engine's tenant key such as vLLM's ``cache_salt``; None: the unscoped pool). Each scope has its
+own global index, cached-request FIFO and live sequences, created at its first request, so a
+request drafts only from its own history, its scope's earlier and live outputs, and the corpora
+loaded for its scope; nothing crosses scopes. The unscoped pool is exactly the single global
+index of a core without scopes. ``global_cache_tokens`` bounds the cached tokens of all scopes
+together (past it the least recently used other scope loses its oldest request first),
+``scope_cache_tokens`` each scope's, and at most ``max_scopes`` scoped indexes are held: a new
+scope evicts the least recently used one without live requests, whole.
 """
 
 from __future__ import annotations
@@ -37,24 +47,46 @@ from specdraft.proposers.suffix_index import SuffixIndex
 _LOCAL_SEQ = 0
 
 
-class _Request:
-    __slots__ = ("index", "num_prompt", "hint_local", "hint_global", "global_seq")
+class _Scope:
+    """One scope's global cache: its index, cached requests (FIFO) and live requests."""
+
+    __slots__ = ("index", "fifo", "next_seq", "cached_tokens", "corpus_tokens", "live",
+                 "last_used")
 
     def __init__(self, max_depth: int):
+        self.index = SuffixIndex(max_depth)
+        self.fifo: deque[tuple[int, int]] = deque()  # (global seq id, tokens), oldest first
+        self.next_seq = 0
+        self.cached_tokens = 0  # request tokens (evictable)
+        self.corpus_tokens = 0  # pinned corpus tokens
+        self.live = 0           # live requests of this scope
+        self.last_used = 0      # the core's clock at its last start or finish (LRU order)
+
+
+class _Request:
+    __slots__ = ("index", "num_prompt", "hint_local", "hint_global", "global_seq", "scope")
+
+    def __init__(self, max_depth: int, scope: _Scope):
         self.index = SuffixIndex(max_depth)
         self.index.add_sequence(_LOCAL_SEQ)
         self.num_prompt = 0
         self.hint_local = max_depth
         self.hint_global = max_depth
-        self.global_seq = -1  # its sequence in the global index while live (live_outputs)
+        self.global_seq = -1  # its sequence in its scope's global index while live (live_outputs)
+        self.scope = scope
 
 
 class SuffixCore:
     def __init__(self, max_depth: int = 24, global_cache_tokens: int = 1_000_000,
                  max_children: int = 4, min_path_prob: float = 0.02, kappa: float = 1.0,
-                 cache_prompts: bool = False, local_weight: int = 1, live_outputs: bool = False):
+                 cache_prompts: bool = False, local_weight: int = 1, live_outputs: bool = False,
+                 scope_cache_tokens: int = -1, max_scopes: int = 1024):
         self.max_depth = max_depth
         self.global_cache_tokens = global_cache_tokens
+        # a scope's own cap (-1, or above the total: the total)
+        self.scope_cache_tokens = (global_cache_tokens if not 0 <= scope_cache_tokens
+                                   <= global_cache_tokens else scope_cache_tokens)
+        self.max_scopes = max(1, max_scopes)
         self.max_children = max_children
         self.min_path_prob = min_path_prob
         self.kappa = kappa
@@ -63,30 +95,93 @@ class SuffixCore:
         # live requests' tokens enter the global index as they are generated (a cache of size 0
         # holds nothing, live or finished)
         self.live_outputs = bool(live_outputs) and global_cache_tokens > 0
-        self.global_index = SuffixIndex(max_depth)
+        self._default = _Scope(max_depth)          # the unscoped pool
+        self._scopes: dict[str, _Scope] = {}       # scoped pools, created at first use
+        self._handle_scope: dict[int, str] = {}    # handle -> scope, set before start
+        self._corpora: list[tuple[list[int], frozenset | None]] = []  # for scopes made later
+        self._clock = 0
         self._requests: dict[int, _Request] = {}
-        self._fifo: deque[tuple[int, int]] = deque()  # (global seq id, tokens), oldest first
-        self._next_seq = 0
-        self.cached_tokens = 0   # request tokens in the global cache (evictable)
-        self.corpus_tokens = 0   # pinned corpus tokens
+        self.cached_tokens = 0   # request tokens in all scopes' global caches (evictable)
+        self.corpus_tokens = 0   # pinned corpus tokens in all scopes held
+
+    @property
+    def global_index(self) -> SuffixIndex:
+        """The unscoped pool's global index."""
+        return self._default.index
+
+    # ---------------------------------------------------------------- scopes
+    def set_scope(self, handle: int, scope) -> None:
+        """The scope request ``handle`` starts in (None: the unscoped pool); kept across a
+        restart of the request, dropped when it finishes or is aborted."""
+        if scope is None:
+            self._handle_scope.pop(handle, None)
+        elif isinstance(scope, str):
+            self._handle_scope[handle] = scope
+        else:
+            raise TypeError(f"scope must be a string or None, got {type(scope).__name__}")
+
+    def scope_of(self, handle: int):
+        return self._handle_scope.get(handle)
+
+    def drop_scope(self, handle: int) -> None:
+        self._handle_scope.pop(handle, None)
+
+    def _touch(self, s: _Scope) -> None:
+        self._clock += 1
+        s.last_used = self._clock
+
+    def _scope_for(self, key) -> _Scope:
+        if key is None:
+            return self._default
+        s = self._scopes.get(key)
+        if s is not None:
+            return s
+        if len(self._scopes) >= self.max_scopes:  # scopes with live requests stay
+            idle = sorted((v.last_used, k) for k, v in self._scopes.items() if v.live == 0)
+            for _, k in idle[:len(self._scopes) - self.max_scopes + 1]:
+                self._drop_scope_whole(k)
+        s = self._scopes[key] = _Scope(self.max_depth)
+        for toks, serves in self._corpora:
+            if serves is None or key in serves:
+                self._add_global(s, toks)
+                s.corpus_tokens += len(toks)
+                self.corpus_tokens += len(toks)
+        return s
+
+    def _drop_scope_whole(self, key: str) -> None:
+        s = self._scopes.pop(key)
+        self.cached_tokens -= s.cached_tokens
+        self.corpus_tokens -= s.corpus_tokens
+
+    def num_scopes(self) -> int:
+        """Scoped pools held (the unscoped pool is always there)."""
+        return len(self._scopes)
+
+    def scope_tokens(self, k: int = 5) -> list[int]:
+        """Tokens (cached + corpus) of the k largest scoped pools, largest first."""
+        return sorted((s.cached_tokens + s.corpus_tokens for s in self._scopes.values()),
+                      reverse=True)[:max(0, k)]
 
     # ------------------------------------------------------------ lifecycle
     def start(self, handle: int, prompt) -> None:
         if handle in self._requests:
             raise KeyError(f"request handle {handle} already started")
-        r = _Request(self.max_depth)
+        s = self._scope_for(self._handle_scope.get(handle))
+        r = _Request(self.max_depth, s)
         r.index.extend(_LOCAL_SEQ, prompt)
         r.num_prompt = len(prompt)
         if self.live_outputs:
-            r.global_seq = self._next_seq
-            self._next_seq += 1
-            self.global_index.add_sequence(r.global_seq)
+            r.global_seq = s.next_seq
+            s.next_seq += 1
+            s.index.add_sequence(r.global_seq)
+        s.live += 1
+        self._touch(s)
         self._requests[handle] = r
 
     def extend(self, handle: int, tokens) -> None:
         r = self._requests[handle]
         r.index.extend(_LOCAL_SEQ, tokens)
-        if r.global_seq >= 0 and len(self._requests) > 1:
+        if r.global_seq >= 0 and r.scope.live > 1:  # alone in its scope: nobody would read them
             self._catch_up(r)
         n = len(tokens)
         r.hint_local += n
@@ -97,9 +192,10 @@ class SuffixCore:
         holds them from the first output token on, or from the first prompt token with
         ``cache_prompts``)."""
         toks = r.index.seqs[_LOCAL_SEQ]
-        have = (0 if self.cache_prompts else r.num_prompt) + len(self.global_index.seqs[r.global_seq])
+        g = r.scope.index
+        have = (0 if self.cache_prompts else r.num_prompt) + len(g.seqs[r.global_seq])
         if have < len(toks):
-            self.global_index.extend(r.global_seq, toks[have:])
+            g.extend(r.global_seq, toks[have:])
 
     def has(self, handle: int) -> bool:
         return handle in self._requests
@@ -107,60 +203,101 @@ class SuffixCore:
     def num_tokens(self, handle: int) -> int:
         return len(self._requests[handle].index.seqs[_LOCAL_SEQ])
 
-    def abort(self, handle: int) -> None:
+    def abort(self, handle: int, keep_scope: bool = False) -> None:
+        """Drop a request; ``keep_scope``: it restarts at once under the same handle."""
         r = self._requests.pop(handle)
+        r.scope.live -= 1
+        if not keep_scope:
+            self._handle_scope.pop(handle, None)
         if r.global_seq >= 0:  # an aborted request's tokens are not cached
-            self.global_index.remove(r.global_seq)
+            r.scope.index.remove(r.global_seq)
 
     def finish(self, handle: int) -> None:
         r = self._requests.pop(handle)
+        s = r.scope
+        s.live -= 1
+        self._touch(s)
+        self._handle_scope.pop(handle, None)
         if r.global_seq >= 0:  # indexed while it ran: keep it (or not) as a finished one
             self._catch_up(r)
-            g = self.global_index
+            g = s.index
             g.close(r.global_seq)
             n = len(g.seqs[r.global_seq])
-            if 0 < n <= self.global_cache_tokens:
-                self._cache(r.global_seq, n)
+            if 0 < n <= self.scope_cache_tokens:
+                self._cache(s, r.global_seq, n)
             else:
                 g.remove(r.global_seq)
             return
         toks = r.index.seqs[_LOCAL_SEQ]
         if not self.cache_prompts:
             toks = toks[r.num_prompt:]
-        if 0 < len(toks) <= self.global_cache_tokens:
-            self._cache(self._add_global(toks), len(toks))
+        if 0 < len(toks) <= self.scope_cache_tokens:
+            self._cache(s, self._add_global(s, toks), len(toks))
 
-    def _cache(self, sid: int, n: int) -> None:
-        """Keep the finished sequence ``sid`` (n tokens) in the FIFO; evict oldest past the budget."""
-        self._fifo.append((sid, n))
+    def _cache(self, s: _Scope, sid: int, n: int) -> None:
+        """Keep the finished sequence ``sid`` (n tokens) in scope s's FIFO; evict oldest past
+        the scope's budget, then, past the total, the least recently used other scope's oldest
+        (s's own when no other scope holds any)."""
+        s.fifo.append((sid, n))
+        s.cached_tokens += n
         self.cached_tokens += n
+        while s.cached_tokens > self.scope_cache_tokens:
+            self._evict_oldest(s)
         while self.cached_tokens > self.global_cache_tokens:
-            old, k = self._fifo.popleft()
-            self.global_index.remove(old)
-            self.cached_tokens -= k
+            self._evict_oldest(self._victim(s))
 
-    def load_corpus(self, tokens) -> None:
-        if len(tokens):
-            self._add_global(tokens)
-            self.corpus_tokens += len(tokens)
+    def _victim(self, s: _Scope) -> _Scope:
+        best = None
+        for v in self._scopes.values():
+            if v is not s and v.fifo and (best is None or v.last_used < best.last_used):
+                best = v
+        d = self._default
+        if d is not s and d.fifo and (best is None or d.last_used < best.last_used):
+            best = d
+        return s if best is None else best
 
-    def _add_global(self, tokens) -> int:
-        sid = self._next_seq
-        self._next_seq += 1
-        g = self.global_index
+    def _evict_oldest(self, s: _Scope) -> None:
+        old, k = s.fifo.popleft()
+        s.index.remove(old)
+        s.cached_tokens -= k
+        self.cached_tokens -= k
+
+    def load_corpus(self, tokens, scopes=None) -> None:
+        """Pin a corpus in the global caches of ``scopes`` (None: every scope, including those
+        created later; a list may hold None for the unscoped pool)."""
+        if not len(tokens):
+            return
+        toks = list(tokens)
+        serves = None if scopes is None else frozenset(scopes)
+        targets = [self._default] if serves is None or None in serves else []
+        targets += [v for k, v in self._scopes.items() if serves is None or k in serves]
+        if serves is None or any(k is not None for k in serves):
+            self._corpora.append((toks, serves))
+        for s in targets:
+            self._add_global(s, toks)
+            s.corpus_tokens += len(toks)
+            self.corpus_tokens += len(toks)
+
+    def _add_global(self, s: _Scope, tokens) -> int:
+        sid = s.next_seq
+        s.next_seq += 1
+        g = s.index
         g.add_sequence(sid)
         g.extend(sid, tokens)
         g.close(sid)
         return sid
 
     # -------------------------------------------------------------- drafting
-    def _expand(self, local_index, states, path_tokens):
+    def _expand(self, local_index, states, path_tokens, global_index=None):
         """Mixed next-token candidates [(token, prob, next_states)] for one draft node.
 
         ``states`` holds the node's match state in the local and the global index (None where
         that index has lost the path); ``path_tokens()`` gives the last max_depth tokens of the
-        context plus the draft path, needed only to re-anchor a match at the depth cap.
+        context plus the draft path, needed only to re-anchor a match at the depth cap;
+        ``global_index`` is the request's scope's (default: the unscoped pool's).
         """
+        if global_index is None:
+            global_index = self.global_index
         probs: dict[int, float] = {}
         nexts: dict[int, list] = {}
         wsum = 0
@@ -168,7 +305,7 @@ class SuffixCore:
             st = states[si]
             if st is None:
                 continue
-            idx = self.global_index if si else local_index
+            idx = global_index if si else local_index
             conts = idx.continuations(st)
             if not conts and st[1] == 0 and idx.dep[st[0]] == self.max_depth:
                 # capped depth: re-anchor on the gram's shorter suffix
@@ -214,12 +351,13 @@ class SuffixCore:
         ctx = r.index.seqs[_LOCAL_SEQ]
         st_l, len_l = r.index.longest_match(ctx, r.hint_local)
         r.hint_local = len_l
-        st_g, len_g = self.global_index.longest_match(ctx, r.hint_global)
+        st_g, len_g = r.scope.index.longest_match(ctx, r.hint_global)
         r.hint_global = len_g
         match_len = max(len_l, len_g)
         if st_l is None and st_g is None:
             return [], [], [], 0
         local_index = r.index
+        global_index = r.scope.index
         toks: list[int] = []
         parents: list[int] = []
         probs: list[float] = []
@@ -243,7 +381,7 @@ class SuffixCore:
 
         heap: list = []
         order = 0
-        for t, p, nx in self._expand(local_index, (st_l, st_g), ctx_tail):
+        for t, p, nx in self._expand(local_index, (st_l, st_g), ctx_tail, global_index):
             if p < self.min_path_prob:
                 break
             heap.append((-p, order, -1, t, p, nx))
@@ -258,7 +396,7 @@ class SuffixCore:
             parents.append(parent)
             probs.append(p)
             pathp = -negp
-            for ct, cp, cnx in self._expand(local_index, nx, path_of(i)):
+            for ct, cp, cnx in self._expand(local_index, nx, path_of(i), global_index):
                 cpath = pathp * cp
                 if cpath < self.min_path_prob:
                     break
@@ -276,4 +414,5 @@ class SuffixCore:
         return self.cached_tokens + self.corpus_tokens
 
     def global_nodes(self) -> int:
-        return self.global_index.num_nodes()
+        return self._default.index.num_nodes() + sum(v.index.num_nodes()
+                                                     for v in self._scopes.values())

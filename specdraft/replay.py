@@ -71,6 +71,9 @@ def _check_trace_record(rec) -> dict:
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
                                    or max_tokens < 1):
         raise ValueError(f"field 'max_tokens' must be an integer >= 1, got {json.dumps(max_tokens)}")
+    scope = rec.get("scope")
+    if scope is not None and not isinstance(scope, str):
+        raise ValueError(f"field 'scope' must be a string or null, got {json.dumps(scope)}")
     rec.setdefault("workload", "default")
     rec.setdefault("session", None)
     return rec
@@ -98,7 +101,9 @@ class Method:
         self._last_key = getattr(self, "_last_key", 0) + 1
         return self._last_key
 
-    def start(self, key, prompt: list[int]) -> None: ...
+    def start(self, key, prompt: list[int], scope: str | None = None) -> None:
+        """``scope``: the record's tenant scope (specdraft replays each as its own pool; the
+        peer methods have one global cache and ignore it)."""
     def extend(self, key, tokens: list[int], num_accepted: int | None) -> None: ...
     def draft(self, key, max_k: int) -> tuple[list[int], list[int]]:
         """(token_ids, parents) of the draft; a chain has parents i-1."""
@@ -128,8 +133,8 @@ class SpecdraftMethod(Method):
         self.name = name
         self.drafter = make_drafter(options, chain_only=chain_only)
 
-    def start(self, key, prompt):
-        self.drafter.start(key, prompt)
+    def start(self, key, prompt, scope=None):
+        self.drafter.start(key, prompt, scope=scope)
 
     def extend(self, key, tokens, num_accepted):
         self.drafter.extend(key, tokens, num_accepted)
@@ -165,7 +170,7 @@ class VllmNgramMethod(Method):
         self.min_n, self.max_n, self.max_model_len = prompt_lookup_min, prompt_lookup_max, max_model_len
         self._bufs: dict = {}  # key -> [buffer, length]
 
-    def start(self, key, prompt):
+    def start(self, key, prompt, scope=None):
         self._bufs[key] = [self._np.zeros(1024, dtype=self._np.int32), 0]
         self._append(key, prompt)
 
@@ -209,7 +214,7 @@ class ArcticSuffixMethod(Method):
         self._tokens: dict = {}
         self._prompt: dict = {}
 
-    def start(self, key, prompt):
+    def start(self, key, prompt, scope=None):
         self._tokens[key] = list(prompt)
         self._prompt[key] = list(prompt)
 
@@ -244,7 +249,7 @@ class HFPromptLookupMethod(Method):
         self.ngram = max_matching_ngram_size
         self._tokens: dict = {}
 
-    def start(self, key, prompt):
+    def start(self, key, prompt, scope=None):
         self._tokens[key] = list(prompt)
 
     def extend(self, key, tokens, num_accepted):
@@ -307,13 +312,20 @@ def accepted_length(tokens: list[int], parents: list[int], truth: list[int]) -> 
     return depth
 
 
+def _start(method: Method, key, prompt: list[int], scope: str | None) -> None:
+    if scope is None:  # methods written before scopes take (key, prompt)
+        method.start(key, prompt)
+    else:
+        method.start(key, prompt, scope)
+
+
 def replay_request(method: Method, prompt: list[int], output: list[int], max_k: int,
-                   limit: int | None = None) -> dict:
+                   limit: int | None = None, scope: str | None = None) -> dict:
     """Replay one request alone; ``limit`` is the live generation limit when the recorded output
     extends past it (record --lookahead), so drafts in the last step can be judged as vLLM did."""
     limit = len(output) if limit is None else min(limit, len(output))
     key = method.new_key()
-    method.start(key, prompt)
+    _start(method, key, prompt, scope)
     method.extend(key, output[:1], None)  # prefill: one pass, no draft
     passes, drafted, accepted, drafts = 1, 0, 0, 0
     pass_sizes = [1]
@@ -392,7 +404,7 @@ def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, 
     while queue or inflight:
         for prompt, output, rec, session in _admit(queue, batch - len(inflight), waiting):
             st = _InFlight(method.new_key(), rec, prompt, output, session)
-            method.start(st.key, prompt)
+            _start(method, st.key, prompt, rec.get("scope"))
             inflight.append(st)
         contexts = [len(q.prompt) + q.pos for q in inflight]
         shape = (len(inflight), float(sum(contexts)), float(max(contexts)))

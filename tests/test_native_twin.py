@@ -605,3 +605,205 @@ def test_core_twin_live_outputs_between_drafts():
             assert nat.draft(h, 8, tree) == py.draft(h, 8, tree), (seed, step)
         same_state(py, nat)
         nat.check_global()
+
+
+# ------------------------------------------------------------------------------ scopes
+SCOPE_NAMES = [None, "a", "b", "c", "d"]
+
+
+def same_scopes(py: PySuffixCore, nat) -> None:
+    same_state(py, nat)
+    assert nat.num_scopes() == py.num_scopes()
+    assert nat.scope_tokens(8) == py.scope_tokens(8)
+
+
+@SETTINGS
+@given(params=CORE_PARAMS, data=st.data())
+def test_core_twin_scoped_interleavings(params, data):
+    """Random interleavings over requests of several scopes, with per-scope caps, a total cap
+    that makes scopes evict each other, few enough scope slots that whole scopes are evicted,
+    corpora for some scopes, and requests restarted in their scope."""
+    total = params["global_cache_tokens"]
+    params = dict(params, scope_cache_tokens=data.draw(st.integers(-1, total), label="scope_cap"),
+                  max_scopes=data.draw(st.integers(1, 4), label="max_scopes"))
+    vocab = data.draw(st.integers(2, 4), label="vocab")
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    py, nat = PySuffixCore(**params), native.SuffixCore(**params)
+    assert nat.scope_cache_tokens == py.scope_cache_tokens
+    live: list[int] = []
+    next_h = 0
+    most_live = 0
+    toks = st.lists(st.integers(0, vocab - 1), max_size=10)
+    for _ in range(data.draw(st.integers(1, 50), label="ops")):
+        op = data.draw(st.sampled_from(
+            ["start", "start", "extend", "extend", "draft", "draft", "draft", "finish", "abort",
+             "restart", "corpus"]))
+        if op == "start" or not live:
+            scope = data.draw(st.sampled_from(SCOPE_NAMES), label="scope")
+            prompt = data.draw(toks)
+            for c in (py, nat):
+                c.set_scope(next_h, scope)
+                c.start(next_h, prompt)
+            assert nat.scope_of(next_h) == py.scope_of(next_h) == scope
+            live.append(next_h)
+            next_h += 1
+        elif op == "extend":
+            h = rng.choice(live)
+            t = data.draw(toks)
+            py.extend(h, t)
+            nat.extend(h, t)
+        elif op == "draft":
+            h = rng.choice(live)
+            budget = data.draw(st.integers(0, 12))
+            tree = data.draw(st.booleans())
+            assert nat.draft(h, budget, tree) == py.draft(h, budget, tree)
+        elif op == "restart":  # what a step does when the engine discarded tokens
+            h = rng.choice(live)
+            prompt = data.draw(toks)
+            for c in (py, nat):
+                c.abort(h, keep_scope=True)
+                c.start(h, prompt)
+        elif op in ("finish", "abort"):
+            h = live.pop(rng.randrange(len(live)))
+            getattr(py, op)(h)
+            getattr(nat, op)(h)
+            assert nat.scope_of(h) is None and py.scope_of(h) is None
+        elif op == "corpus":
+            c = data.draw(toks)
+            serves = data.draw(st.one_of(st.none(), st.lists(st.sampled_from(SCOPE_NAMES),
+                                                             max_size=3)), label="serves")
+            py.load_corpus(c, serves)
+            nat.load_corpus(c, serves)
+        same_scopes(py, nat)
+        assert nat.cached_tokens <= max(total, 0)
+        live_scopes = len({py.scope_of(h) for h in live} - {None})
+        most_live = max(most_live, live_scopes)
+        assert nat.num_scopes() <= max(params["max_scopes"], most_live)
+    for h in live:
+        for tree in (False, True):
+            assert nat.draft(h, 16, tree) == py.draft(h, 16, tree)
+    nat.check_global()
+    nat.check_scopes()
+    nat.check_requests()
+
+
+def _isolation_run(make, seed: int) -> None:
+    """Requests of several scopes through one core, and each scope's requests alone through a
+    core of its own: every draft of the shared core must equal the lone core's (per-scope caps
+    only, so no scope's budget depends on another's)."""
+    rng = random.Random(seed)
+    vocab = 4
+    mixed = make()
+    solo = {k: make() for k in SCOPE_NAMES}
+    scope_of: dict[int, object] = {}
+    truth: dict[int, list[int]] = {}
+    next_h = 0
+    for step in range(250):
+        if len(scope_of) < 3 or rng.random() < 0.05:
+            k = rng.choice(SCOPE_NAMES)
+            prompt = markov_stream(rng, rng.randint(0, 20), vocab)
+            truth[next_h] = markov_stream(rng, rng.randint(5, 60), vocab)
+            for c in (mixed, solo[k]):
+                c.set_scope(next_h, k)
+                c.start(next_h, prompt)
+            scope_of[next_h] = k
+            next_h += 1
+        if step % 40 == 7:
+            corpus = markov_stream(rng, 30, vocab)
+            serves = rng.sample(SCOPE_NAMES, 2)
+            mixed.load_corpus(corpus, serves)
+            for k in serves:
+                solo[k].load_corpus(corpus, [k])
+        h = rng.choice(list(scope_of))
+        t, truth[h] = truth[h][:3], truth[h][3:]
+        k = scope_of[h]
+        mixed.extend(h, t)
+        solo[k].extend(h, t)
+        tree = rng.random() < 0.3
+        assert mixed.draft(h, 12, tree) == solo[k].draft(h, 12, tree), (step, k)
+        if not truth[h]:
+            del scope_of[h]
+            end = "finish" if rng.random() < 0.8 else "abort"
+            getattr(mixed, end)(h)
+            getattr(solo[k], end)(h)
+
+
+@pytest.mark.parametrize("impl", ["python", "native"])
+@pytest.mark.parametrize("seed", range(4))
+def test_scopes_isolated(impl, seed):
+    cls = PySuffixCore if impl == "python" else native.SuffixCore
+    for live_outputs in (False, True):
+        _isolation_run(lambda: cls(max_depth=6, global_cache_tokens=10_000,
+                                   scope_cache_tokens=200 + 100 * seed, max_children=3,
+                                   local_weight=2, live_outputs=live_outputs), seed)
+
+
+def test_planted_cross_scope_leak_is_caught(monkeypatch):
+    """A core that files every scope's requests in the unscoped pool fails the isolation check."""
+    monkeypatch.setattr(PySuffixCore, "_scope_for", lambda self, key: self._default)
+    with pytest.raises(AssertionError):
+        _isolation_run(lambda: PySuffixCore(max_depth=6, global_cache_tokens=10_000,
+                                            scope_cache_tokens=300, max_children=3), 0)
+    # the plainest probe: "a" answered [1..8]; "b" asking the same prefix drafts nothing
+    leaky = PySuffixCore(max_depth=6, global_cache_tokens=1000)
+    leaky.set_scope(0, "a")
+    leaky.start(0, [])
+    leaky.extend(0, [1, 2, 3, 4, 5, 6, 7, 8])
+    leaky.finish(0)
+    leaky.set_scope(1, "b")
+    leaky.start(1, [1, 2, 3])
+    assert leaky.draft(1, 4)[0] == [4, 5, 6, 7]  # the plant leaks
+    monkeypatch.undo()
+    for cls in (PySuffixCore, native.SuffixCore):
+        core = cls(max_depth=6, global_cache_tokens=1000)
+        core.set_scope(0, "a")
+        core.start(0, [])
+        core.extend(0, [1, 2, 3, 4, 5, 6, 7, 8])
+        core.finish(0)
+        for h, scope in ((1, "b"), (2, None)):
+            core.set_scope(h, scope)
+            core.start(h, [1, 2, 3])
+            assert core.draft(h, 4)[0] == []
+        core.set_scope(3, "a")
+        core.start(3, [1, 2, 3])
+        assert core.draft(3, 4)[0] == [4, 5, 6, 7]
+
+
+def test_scope_errors_match():
+    for cls in (PySuffixCore, native.SuffixCore):
+        core = cls(max_depth=4, global_cache_tokens=100)
+        with pytest.raises(TypeError):
+            core.set_scope(0, 5)
+        core.set_scope(0, "x")
+        core.set_scope(0, None)
+        assert core.scope_of(0) is None
+
+
+def test_memory_bounded_under_many_scopes():
+    """Thousands of distinct scopes, each a few requests: at most max_scopes scoped pools are
+    held, the cached tokens stay under the total, and memory levels off."""
+    rng = random.Random(26)
+    nat = native.SuffixCore(max_depth=12, global_cache_tokens=40_000, scope_cache_tokens=2_000,
+                            max_scopes=64, live_outputs=True)
+    py = PySuffixCore(max_depth=12, global_cache_tokens=40_000, scope_cache_tokens=2_000,
+                      max_scopes=64, live_outputs=True)
+    sizes = []
+    for h in range(3000):
+        scope = f"tenant-{h}" if h % 3 else f"tenant-{h - 1}"  # some scopes get two requests
+        prompt = markov_stream(rng, 20, 300)
+        out = markov_stream(rng, rng.randint(20, 80), 300)
+        for c in ((nat, py) if h < 400 else (nat,)):
+            c.set_scope(h, scope)
+            c.start(h, prompt)
+            c.extend(h, out)
+            c.finish(h)
+        if h == 399:
+            same_scopes(py, nat)
+        assert nat.num_scopes() <= 64
+        assert nat.cached_tokens <= 40_000
+        if h >= 500 and h % 50 == 0:
+            sizes.append(nat.memory_bytes())
+    assert max(sizes) < 1.3 * min(sizes), (min(sizes), max(sizes))
+    assert max(sizes) < 64 * 1024 * 1024
+    nat.check_global()
+    nat.check_scopes()

@@ -263,3 +263,45 @@ def test_engine_replay_admits_at_most_max_num_seqs_and_skips_cached_blocks():
     nodraft.draft = lambda key, max_k: ([], [])
     one = replay_engine(nodraft, list(zip(prompts, outputs)), 4, EngineSchedule(1, 100, 16, True))
     assert one["steps"] == 6  # one request at a time: prefill + one decode each
+
+
+def _answers(seed=26):
+    rng = random.Random(seed)
+    return [rng.randrange(300) for _ in range(80)], [rng.randrange(300) for _ in range(80)]
+
+
+def test_scoped_trace_replays_each_scope_as_its_own_pool(tmp_path):
+    """Records with a 'scope' field: each scope drafts only from its own earlier requests, so
+    the mixed trace replays (batch 1, fixed draft length) as each scope's records replayed alone;
+    the same records without scopes share one pool and draft from each other."""
+    ans, other = _answers()
+    recs = []
+    for i, (scope, out) in enumerate((("a", ans), ("b", ans), (None, ans), ("a", ans),
+                                      ("b", other), ("a", other))):
+        rec = {"id": str(i), "prompt_token_ids": [1, 2, 3], "output_token_ids": out}
+        if scope is not None:
+            rec["scope"] = scope
+        recs.append(rec)
+    recs = load_trace(write(tmp_path / "t.jsonl", recs))
+
+    def run(records):
+        return replay_batched(SpecdraftMethod("s", {"adaptive": False}), records, 8, 1, None)
+
+    mixed = run(recs)
+    alone = [run([r for r in recs if r.get("scope") == k]) for k in ("a", "b", None)]
+    for k in ("target_passes", "drafted_tokens", "accepted_tokens", "drafts"):
+        assert mixed[k] == sum(a[k] for a in alone), k
+    one_pool = run([{k: v for k, v in r.items() if k != "scope"} for r in recs])
+    assert one_pool["accepted_tokens"] > mixed["accepted_tokens"]
+    # per request: "b" and the unscoped request asking what "a" was answered gain nothing
+    cold, b, unscoped, repeat = (replay_request(m, [1, 2, 3], ans, 8, scope=s)["accepted_tokens"]
+                                 for m in [SpecdraftMethod("s", {"adaptive": False})]
+                                 for s in ("a", "b", None, "a"))
+    assert b == unscoped == cold < repeat
+
+
+def test_bad_scope_field_is_named(tmp_path):
+    path = write(tmp_path / "t.jsonl", [{"id": "0", "prompt_token_ids": [1],
+                                          "output_token_ids": [2], "scope": 3}])
+    with pytest.raises(ValueError, match="scope"):
+        load_trace(path)

@@ -121,3 +121,23 @@ def test_pack_tree_layout_and_errors():
         pack_tree(7, tree, 3)
     with pytest.raises(SpecdraftConfigError, match="accepted an integer >= 2"):
         SpecdraftCorpus(None, 1)
+
+
+def test_requests_draft_only_within_their_cache_salt():
+    corpus, drafter = corpus_and_drafter()
+    answer = [20 + i for i in range(30)]
+
+    def run(rid, salt):
+        req = Req(rid, [1, 2, 3], answer[:3])
+        req.cache_salt = salt
+        tokens, _ = step(corpus, [req])
+        req.finished_reason = FINISH_LENGTH()
+        req.output_ids = list(answer)
+        corpus.erase_match_state([rid])
+        step(corpus, [Req("probe-" + rid, [99])])  # a later step settles the departure
+        return list(tokens[0, 1:4])
+
+    assert run("a1", "tenant-a") != answer[3:6]  # cold
+    assert run("b1", "tenant-b") != answer[3:6]  # another tenant: nothing of a1's answer
+    assert run("u1", None) != answer[3:6]        # no salt: the unsalted pool only
+    assert run("a2", "tenant-a") == answer[3:6]  # its own earlier answer

@@ -130,3 +130,13 @@ def test_unsupported_sglang_versions_are_refused_with_the_range(sglang_cpu):
     algo = adapter.spec_class("specdraft supports SGLang >=0.5.23,<0.5.24")("X", lambda a: None)
     with pytest.raises(RuntimeError, match="supports SGLang"):
         algo.create_worker(object())
+
+
+def test_reqs_carry_the_cache_salt_specdraft_scopes_by(sglang_cpu):
+    """adapters/sglang_v0_5.py reads ``Req.cache_salt`` as a request's tenant scope."""
+    import inspect
+
+    from sglang.srt.managers.schedule_batch import Req
+
+    assert "cache_salt" in inspect.signature(Req.__init__).parameters
+    assert "self.cache_salt" in inspect.getsource(Req.__init__)

@@ -87,13 +87,19 @@ class Stepper {
     out.lengths.assign(in.num_rows, 0);
     out.counts = StepCounts{};
     for (size_t i = 0; i < in.num_finished; ++i) {
-      if (!core.has(in.finished[i])) continue;
+      if (!core.has(in.finished[i])) {  // never started: only its scope to forget
+        core.drop_scope(in.finished[i]);
+        continue;
+      }
       core.finish(in.finished[i]);
       if (ctl) ctl->forget(in.finished[i]);
       out.counts.finished += 1;
     }
     for (size_t i = 0; i < in.num_aborted; ++i) {
-      if (!core.has(in.aborted[i])) continue;
+      if (!core.has(in.aborted[i])) {
+        core.drop_scope(in.aborted[i]);
+        continue;
+      }
       core.abort(in.aborted[i]);
       if (ctl) ctl->forget(in.aborted[i]);
       out.counts.aborted += 1;
@@ -180,8 +186,8 @@ class Stepper {
     const int64_t h = in.handles[j];
     const int64_t n = in.num_tokens[j];
     int64_t known = core.has(h) ? core.num_tokens(h) : -1;
-    if (known >= 0 && n < known) {  // the engine discarded tokens: start over
-      core.abort(h);
+    if (known >= 0 && n < known) {  // the engine discarded tokens: start over (same scope)
+      core.abort(h, true);
       if (ctl) ctl->forget(h);
       counts.aborted += 1;
       known = -1;

@@ -1,12 +1,16 @@
 // SuffixCore: per-request local index + global index with FIFO eviction + chain/tree drafting
 // with mixed probabilities. Native twin of proposers/suffix_core.py: identical drafts (tokens,
-// parents, probabilities to the bit, match_len); see the Python file for the semantics.
+// parents, probabilities to the bit, match_len); see the Python file for the semantics, scopes
+// (one global index per tenant scope, the unscoped pool being the core's only one without
+// scopes) included.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -30,17 +34,37 @@ struct Draft {
 
 class SuffixCore {
  public:
+  // One scope's global cache: its index, cached requests (FIFO), live requests, LRU stamp
+  struct Scope {
+    SuffixIndex index;
+    std::deque<std::pair<int64_t, int64_t>> fifo;  // (global seq id, tokens), oldest first
+    int64_t next_seq = 0;
+    int64_t cached_tokens = 0;
+    int64_t corpus_tokens = 0;
+    int64_t live = 0;
+    int64_t last_used = 0;
+    bool evicted = false;  // lost sequences since the last compaction check
+    Scope(int D, int page_shift) : index(D, 1024, page_shift) {}
+    size_t memory_bytes() const {
+      return sizeof(Scope) + index.memory_bytes() + fifo.size() * sizeof(std::pair<int64_t, int64_t>);
+    }
+  };
   SuffixCore(int max_depth, int64_t global_cache_tokens, int64_t max_children, double min_path_prob,
-             double kappa, bool cache_prompts, int64_t local_weight = 1, bool live_outputs = false)
+             double kappa, bool cache_prompts, int64_t local_weight = 1, bool live_outputs = false,
+             int64_t scope_cache_tokens = -1, int64_t max_scopes = 1024)
       : D_(max_depth),
         global_cache_tokens_(global_cache_tokens),
+        scope_cache_tokens_(0 <= scope_cache_tokens && scope_cache_tokens <= global_cache_tokens
+                                ? scope_cache_tokens
+                                : global_cache_tokens),
+        max_scopes_(std::max<int64_t>(1, max_scopes)),
         max_children_(max_children),
         min_path_prob_(min_path_prob),
         kappa_(kappa),
         local_weight_(local_weight),
         cache_prompts_(cache_prompts),
         live_outputs_(live_outputs && global_cache_tokens > 0),
-        global_(max_depth, 1024, page_shift_for(global_cache_tokens)) {}
+        default_(max_depth, page_shift_for(global_cache_tokens)) {}
 
   // node pages of about a sixteenth of a full cache (~3.5 nodes per token), 32 KiB to 2 MiB
   static int page_shift_for(int64_t cache_tokens) {
@@ -58,20 +82,59 @@ class SuffixCore {
   int64_t local_weight() const { return local_weight_; }
   bool cache_prompts() const { return cache_prompts_; }
   bool live_outputs() const { return live_outputs_; }
+  int64_t scope_cache_tokens() const { return scope_cache_tokens_; }
+  int64_t max_scopes() const { return max_scopes_; }
   int64_t cached_tokens() const { return cached_tokens_; }
   int64_t corpus_tokens() const { return corpus_tokens_; }
   int64_t num_requests() const { return (int64_t)requests_.size(); }
   int64_t global_tokens() const { return cached_tokens_ + corpus_tokens_; }
-  int64_t global_nodes() const { return global_.num_nodes(); }
+  int64_t global_nodes() const {
+    int64_t n = default_.index.num_nodes();
+    for (const auto& kv : scopes_) n += kv.second->index.num_nodes();
+    return n;
+  }
   size_t memory_bytes() const {
-    return global_.memory_bytes() + fifo_.size() * sizeof(std::pair<int64_t, int64_t>);
+    size_t b = default_.memory_bytes();
+    for (const auto& kv : scopes_) b += kv.second->memory_bytes() + kv.first.capacity() + 4 * sizeof(void*);
+    b += handle_scope_.size() * (sizeof(std::pair<const int64_t, std::string>) + 2 * sizeof(void*));
+    for (const auto& c : corpora_) b += c.toks.capacity() * sizeof(int32_t);
+    return b;
+  }
+  // scoped pools held (the unscoped pool is always there)
+  int64_t num_scopes() const { return (int64_t)scopes_.size(); }
+  // tokens (cached + corpus) of the k largest scoped pools, largest first
+  std::vector<int64_t> scope_tokens(int64_t k) const {
+    std::vector<int64_t> v;
+    for (const auto& kv : scopes_) v.push_back(kv.second->cached_tokens + kv.second->corpus_tokens);
+    std::sort(v.begin(), v.end(), std::greater<int64_t>());
+    if ((int64_t)v.size() > std::max<int64_t>(0, k)) v.resize((size_t)std::max<int64_t>(0, k));
+    return v;
   }
   size_t requests_memory_bytes() const {
     size_t b = 0;
     for (const auto& kv : requests_) b += sizeof(Request) + kv.second->index.memory_bytes();
     return b;
   }
-  const SuffixIndex& global_index() const { return global_; }
+  const SuffixIndex& global_index() const { return default_.index; }
+  void check_scopes() const {
+    for (const auto& kv : scopes_) kv.second->index.check();
+  }
+
+  // -------------------------------------------------------------------------- scopes
+  // The scope request h starts in (nullopt: the unscoped pool); kept across a restart of the
+  // request (abort with keep_scope), dropped when it finishes or is aborted.
+  void set_scope(int64_t h, const std::optional<std::string>& scope) {
+    if (scope)
+      handle_scope_[h] = *scope;
+    else
+      handle_scope_.erase(h);
+  }
+  std::optional<std::string> scope_of(int64_t h) const {
+    auto it = handle_scope_.find(h);
+    if (it == handle_scope_.end()) return std::nullopt;
+    return it->second;
+  }
+  void drop_scope(int64_t h) { handle_scope_.erase(h); }
   void check_requests() const {
     for (const auto& kv : requests_) kv.second->index.check();
   }
@@ -82,13 +145,18 @@ class SuffixCore {
   void start(int64_t h, const int32_t* prompt, size_t n) {
     if (requests_.count(h))
       throw KeyErr{h, "request handle " + std::to_string(h) + " already started"};
+    auto hs = handle_scope_.find(h);
+    Scope& sc = hs == handle_scope_.end() ? default_ : scope_for(hs->second);
     auto r = std::make_unique<Request>(D_, n);
+    r->scope = &sc;
     r->index.extend_slot(0, prompt, n);
     r->num_prompt = (int64_t)n;
     if (live_outputs_) {
-      r->global_seq = next_seq_++;
-      r->global_slot = global_.add_sequence(r->global_seq);
+      r->global_seq = sc.next_seq++;
+      r->global_slot = sc.index.add_sequence(r->global_seq);
     }
+    sc.live += 1;
+    touch(sc);
     requests_.emplace(h, std::move(r));
   }
 
@@ -96,12 +164,16 @@ class SuffixCore {
 
   int64_t num_tokens(int64_t h) const { return (int64_t)get(h).index.tokens_of_slot(0).size(); }
 
-  void abort(int64_t h) {
+  // keep_scope: the request restarts at once under the same handle
+  void abort(int64_t h, bool keep_scope = false) {
     auto it = requests_.find(h);
     if (it == requests_.end()) throw KeyErr{h, ""};
     const int64_t gs = it->second->global_seq;
+    Scope& sc = *it->second->scope;
     requests_.erase(it);
-    if (gs >= 0) global_.remove(gs);  // an aborted request's tokens are not cached
+    sc.live -= 1;
+    if (!keep_scope) handle_scope_.erase(h);
+    if (gs >= 0) sc.index.remove(gs);  // an aborted request's tokens are not cached
   }
 
   void finish(int64_t h) {
@@ -109,67 +181,91 @@ class SuffixCore {
     if (it == requests_.end()) throw KeyErr{h, ""};
     std::unique_ptr<Request> r = std::move(it->second);
     requests_.erase(it);
+    Scope& sc = *r->scope;
+    sc.live -= 1;
+    touch(sc);
+    handle_scope_.erase(h);
     if (r->global_seq >= 0) {  // indexed while it ran: keep it (or not) as a finished one
       catch_up(*r);
       const int64_t sid = r->global_seq;
       r.reset();
-      global_.close(sid);
-      const int64_t n = (int64_t)global_.tokens(sid).size();
-      if (0 < n && n <= global_cache_tokens_) {
-        cache(sid, n);
+      sc.index.close(sid);
+      const int64_t n = (int64_t)sc.index.tokens(sid).size();
+      if (0 < n && n <= scope_cache_tokens_) {
+        cache(sc, sid, n);
       } else {
-        global_.remove(sid);
+        sc.index.remove(sid);
       }
       return;
     }
     const std::vector<int32_t>& all = r->index.tokens_of_slot(0);
     const int64_t skip = cache_prompts_ ? 0 : std::min<int64_t>(r->num_prompt, (int64_t)all.size());
     const int64_t n = (int64_t)all.size() - skip;
-    if (0 < n && n <= global_cache_tokens_) {
-      const int64_t sid = add_global(all.data() + skip, (size_t)n);
+    if (0 < n && n <= scope_cache_tokens_) {
+      const int64_t sid = add_global(sc, all.data() + skip, (size_t)n);
       r.reset();  // free the local index before the global one grows
-      cache(sid, n);
+      cache(sc, sid, n);
     }
   }
 
-  // Python SuffixCore._cache: keep finished sequence sid (n tokens), evict oldest past the budget
-  void cache(int64_t sid, int64_t n) {
-    fifo_.emplace_back(sid, n);
+  // Python SuffixCore._cache: keep finished sequence sid (n tokens) in scope sc; evict its
+  // oldest past the scope's budget, then, past the total, the least recently used other scope's
+  // oldest (sc's own when no other scope holds any)
+  void cache(Scope& sc, int64_t sid, int64_t n) {
+    sc.fifo.emplace_back(sid, n);
+    sc.cached_tokens += n;
     cached_tokens_ += n;
-    bool evicted = false;
-    while (cached_tokens_ > global_cache_tokens_) {
-      auto old = fifo_.front();
-      fifo_.pop_front();
-      global_.remove(old.first);
-      cached_tokens_ -= old.second;
-      evicted = true;
-    }
-    if (evicted) maybe_compact();
+    while (sc.cached_tokens > scope_cache_tokens_) evict_oldest(sc);
+    while (cached_tokens_ > global_cache_tokens_) evict_oldest(*victim(&sc));
+    compact_evicted();
   }
 
-  void load_corpus(const int32_t* toks, size_t n) {
-    if (n) {
-      add_global(toks, n);
-      corpus_tokens_ += (int64_t)n;
+  // Python load_corpus: pin a corpus in the scopes it serves (all: nullopt; a list may hold
+  // nullopt for the unscoped pool), including scopes created later
+  void load_corpus(const int32_t* toks, size_t n,
+                   const std::optional<std::vector<std::optional<std::string>>>& scopes = std::nullopt) {
+    if (!n) return;
+    Corpus c;
+    c.all = !scopes;
+    bool serves_default = c.all, serves_named = c.all;
+    if (scopes) {
+      for (const auto& k : *scopes) {
+        if (k) {
+          c.names.push_back(*k);
+          serves_named = true;
+        } else {
+          serves_default = true;
+        }
+      }
+    }
+    if (serves_default) add_corpus(default_, toks, n);
+    for (auto& kv : scopes_)
+      if (c.serves(kv.first)) add_corpus(*kv.second, toks, n);
+    if (serves_named) {
+      c.toks.assign(toks, toks + n);
+      corpora_.push_back(std::move(c));
     }
   }
 
-  // Native extension (not in the Python twin): evict cached requests, oldest first, until at
-  // most keep_tokens remain; returns the number of tokens evicted. Corpora stay.
+  // Native extension (not in the Python twin): evict cached requests, least recently used scope
+  // first and oldest first within it, until at most keep_tokens remain; returns the number of
+  // tokens evicted. Corpora stay.
   int64_t evict_global(int64_t keep_tokens) {
     int64_t ev = 0;
-    while (!fifo_.empty() && cached_tokens_ > keep_tokens) {
-      auto old = fifo_.front();
-      fifo_.pop_front();
-      global_.remove(old.first);
-      cached_tokens_ -= old.second;
-      ev += old.second;
+    while (cached_tokens_ > keep_tokens) {
+      Scope* v = victim(nullptr);
+      if (v == nullptr) break;
+      ev += v->fifo.front().second;
+      evict_oldest(*v);
     }
-    if (ev) maybe_compact();
+    compact_evicted();
     return ev;
   }
 
-  void compact_global() { global_.compact(); }
+  void compact_global() {
+    default_.index.compact();
+    for (auto& kv : scopes_) kv.second->index.compact();
+  }
 
   // ------------------------------------------------------------------------- drafting
   void draft(int64_t h, int64_t budget, bool tree, Draft& out) { draft_req(get(h), budget, tree, out); }
@@ -192,9 +288,10 @@ class SuffixCore {
     int64_t memo_len = 0;
     int64_t memo_n = 0;
     uint64_t memo_shape = ~0ull;
-    // its sequence in the global index while live (live_outputs), else -1
+    // its sequence in its scope's global index while live (live_outputs), else -1
     int64_t global_seq = -1;
     int32_t global_slot = -1;
+    Scope* scope = nullptr;  // never evicted while it has live requests
     Request(int D, size_t prompt_len) : index(D, slots_for(prompt_len)), hint_local(D), hint_global(D) {
       index.add_sequence(0);
     }
@@ -211,6 +308,7 @@ class SuffixCore {
   void prefetch_req(const Request& r, const int32_t* toks, size_t n) const {
     if (n == 0) return;
     r.index.prefetch_append(0, toks[0]);
+    const SuffixIndex& global_ = r.scope->index;
     if (r.memo_shape == global_.shape_version() && r.memo_len > 0) {
       // the global match extends its last state by toks[0] first: node and hash slot
       __builtin_prefetch(&global_.node_ref(r.memo_st.node));
@@ -220,13 +318,14 @@ class SuffixCore {
 
   void extend_req(Request& r, const int32_t* toks, size_t n) {
     r.index.extend_slot(0, toks, n);
-    if (r.global_slot >= 0 && requests_.size() > 1) catch_up(r);  // alone: nobody would read them
+    if (r.global_slot >= 0 && r.scope->live > 1) catch_up(r);  // alone in its scope: nobody reads them
     r.hint_local += (int64_t)n;
     r.hint_global += (int64_t)n;
   }
 
   // Python SuffixCore._catch_up: index the request's tokens the global index does not hold yet
   void catch_up(Request& r) {
+    SuffixIndex& global_ = r.scope->index;
     const std::vector<int32_t>& all = r.index.tokens_of_slot(0);
     const int64_t have = (cache_prompts_ ? 0 : r.num_prompt) +
                          (int64_t)global_.tokens_of_slot(r.global_slot).size();
@@ -236,6 +335,7 @@ class SuffixCore {
 
   void draft_req(Request& r, int64_t budget, bool tree, Draft& out) {
     out.clear();
+    SuffixIndex& global_ = r.scope->index;
     if (budget <= 0) return;
     const std::vector<int32_t>& ctxv = r.index.tokens_of_slot(0);
     const int32_t* ctx = ctxv.data();
@@ -273,7 +373,7 @@ class SuffixCore {
     int64_t order = 0;
     {
       State sts[2] = {st_l, st_g};
-      expand(local, sts, ctx, n, out, -1);
+      expand(local, global_, sts, ctx, n, out, -1);
       for (const Mixed& m : mixed_) {
         if (m.p < min_path_prob_) break;
         heap_.push_back(HeapItem{-m.p, order, -1, m.tok, m.p, {m.nx[0], m.nx[1]}});
@@ -295,7 +395,7 @@ class SuffixCore {
       if ((int64_t)out.toks.size() >= budget) break;
       const double pathp = -it.negp;
       State sts[2] = {it.nx[0], it.nx[1]};
-      expand(local, sts, ctx, n, out, i);
+      expand(local, global_, sts, ctx, n, out, i);
       for (const Mixed& m : mixed_) {
         const double cpath = pathp * m.p;
         if (cpath < min_path_prob_) break;
@@ -342,6 +442,7 @@ class SuffixCore {
   // longest with a continuation, exactly the twin's loop. Without a usable memo: probe hi, then
   // binary-search the longest valid L. Either way the same answer as the twin's walk per L.
   State global_match(Request& r, const int32_t* ctx, int64_t n, int64_t hi, int64_t& len) {
+    SuffixIndex& global_ = r.scope->index;
     State res{};
     len = 0;
     const int64_t L0 = std::min<int64_t>(std::min<int64_t>(hi, D_), n);
@@ -462,7 +563,8 @@ class SuffixCore {
   }
 
   // Python _expand: fills mixed_ with [(token, prob, next_states)], best first, truncated.
-  void expand(SuffixIndex& local, State sts[2], const int32_t* ctx, int64_t n, const Draft& d, int32_t node) {
+  void expand(SuffixIndex& local, SuffixIndex& global_, State sts[2], const int32_t* ctx, int64_t n,
+              const Draft& d, int32_t node) {
     mixed_.clear();
     int64_t wsum = 0;
     // both sources' next cache lines (first child, heavy entry, or the reference token) before
@@ -531,32 +633,106 @@ class SuffixCore {
     mixed_.resize((size_t)keep);
   }
 
-  int64_t add_global(const int32_t* toks, size_t n) {
-    const int64_t sid = next_seq_++;
-    int32_t si = global_.add_sequence(sid);
-    global_.reserve_tokens(si, n);
-    for (size_t i = 0; i < n; ++i) global_.append_slot(si, toks[i]);
-    global_.close(sid);
+  struct Corpus {
+    std::vector<int32_t> toks;
+    bool all = true;
+    std::vector<std::string> names;
+    bool serves(const std::string& k) const {
+      return all || std::find(names.begin(), names.end(), k) != names.end();
+    }
+  };
+
+  int64_t add_global(Scope& sc, const int32_t* toks, size_t n) {
+    const int64_t sid = sc.next_seq++;
+    int32_t si = sc.index.add_sequence(sid);
+    sc.index.reserve_tokens(si, n);
+    for (size_t i = 0; i < n; ++i) sc.index.append_slot(si, toks[i]);
+    sc.index.close(sid);
     return sid;
   }
 
-  void maybe_compact() {
-    const size_t cap = global_.node_capacity();
-    if (cap > 4096 && (size_t)global_.num_nodes() * 4 < cap) global_.compact();
+  void add_corpus(Scope& sc, const int32_t* toks, size_t n) {
+    add_global(sc, toks, n);
+    sc.corpus_tokens += (int64_t)n;
+    corpus_tokens_ += (int64_t)n;
+  }
+
+  void touch(Scope& sc) { sc.last_used = ++clock_; }
+
+  // Python _scope_for: the scope named k, created (after evicting the least recently used idle
+  // scope, whole, when max_scopes are held) with the corpora that serve it
+  Scope& scope_for(const std::string& k) {
+    auto it = scopes_.find(k);
+    if (it != scopes_.end()) return *it->second;
+    while ((int64_t)scopes_.size() >= max_scopes_) {  // scopes with live requests stay
+      auto lru = scopes_.end();
+      for (auto j = scopes_.begin(); j != scopes_.end(); ++j)
+        if (j->second->live == 0 && (lru == scopes_.end() || j->second->last_used < lru->second->last_used))
+          lru = j;
+      if (lru == scopes_.end()) break;
+      cached_tokens_ -= lru->second->cached_tokens;
+      corpus_tokens_ -= lru->second->corpus_tokens;
+      scopes_.erase(lru);
+    }
+    auto sc = std::make_unique<Scope>(D_, 10);  // small pages: many scopes stay cheap
+    Scope& ref = *sc;
+    scopes_.emplace(k, std::move(sc));
+    for (const Corpus& c : corpora_)
+      if (c.serves(k)) add_corpus(ref, c.toks.data(), c.toks.size());
+    return ref;
+  }
+
+  // Python _victim: the least recently used scope other than `except` holding cached requests,
+  // else `except` itself (nullptr: any scope; nullptr when none holds any)
+  Scope* victim(Scope* except) {
+    Scope* best = nullptr;
+    for (auto& kv : scopes_) {
+      Scope* v = kv.second.get();
+      if (v != except && !v->fifo.empty() && (!best || v->last_used < best->last_used)) best = v;
+    }
+    if (&default_ != except && !default_.fifo.empty() && (!best || default_.last_used < best->last_used))
+      best = &default_;
+    return best ? best : except;
+  }
+
+  void evict_oldest(Scope& sc) {
+    auto old = sc.fifo.front();
+    sc.fifo.pop_front();
+    sc.index.remove(old.first);
+    sc.cached_tokens -= old.second;
+    cached_tokens_ -= old.second;
+    sc.evicted = true;
+  }
+
+  void compact_evicted() {
+    if (default_.evicted) maybe_compact(default_);
+    for (auto& kv : scopes_)
+      if (kv.second->evicted) maybe_compact(*kv.second);
+  }
+
+  void maybe_compact(Scope& sc) {
+    sc.evicted = false;
+    SuffixIndex& g = sc.index;
+    const size_t cap = g.node_capacity();
+    if (cap > 4096 && (size_t)g.num_nodes() * 4 < cap) g.compact();
   }
 
   int D_;
   int64_t global_cache_tokens_;
+  int64_t scope_cache_tokens_;
+  int64_t max_scopes_;
   int64_t max_children_;
   double min_path_prob_;
   double kappa_;
   int64_t local_weight_;
   bool cache_prompts_;
   bool live_outputs_;
-  SuffixIndex global_;
+  Scope default_;  // the unscoped pool
+  std::unordered_map<std::string, std::unique_ptr<Scope>> scopes_;
+  std::unordered_map<int64_t, std::string> handle_scope_;
+  std::vector<Corpus> corpora_;  // corpora serving scoped pools, for scopes made later
+  int64_t clock_ = 0;
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
-  std::deque<std::pair<int64_t, int64_t>> fifo_;
-  int64_t next_seq_ = 0;
   int64_t cached_tokens_ = 0;
   int64_t corpus_tokens_ = 0;
   // scratch (single-threaded use is guaranteed by the bindings' mutex)

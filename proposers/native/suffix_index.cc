@@ -155,10 +155,20 @@ struct PyCore {
   Stepper stepper;
   StepOutput step_out;
   PyCore(int max_depth, int64_t global_cache_tokens, int64_t max_children, double min_path_prob, double kappa,
-         bool cache_prompts, int64_t local_weight, bool live_outputs)
+         bool cache_prompts, int64_t local_weight, bool live_outputs, int64_t scope_cache_tokens,
+         int64_t max_scopes)
       : core(max_depth, global_cache_tokens, max_children, min_path_prob, kappa, cache_prompts, local_weight,
-             live_outputs) {}
+             live_outputs, scope_cache_tokens, max_scopes) {}
 };
+
+// A scope from Python: a str, or None for the unscoped pool
+std::optional<std::string> scope_key(py::handle obj) {
+  if (obj.is_none()) return std::nullopt;
+  if (!py::isinstance<py::str>(obj))
+    throw py::type_error("scope must be a string or None, got " +
+                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+  return obj.cast<std::string>();
+}
 
 using Lock = std::lock_guard<std::mutex>;
 
@@ -580,10 +590,38 @@ PYBIND11_MODULE(_suffix_native, m) {
   py::class_<PyCore>(m, "SuffixCore",
                      "Suffix drafting over a per-request index and a global cache (native twin of "
                      "specdraft.proposers.suffix_core.SuffixCore; identical drafts).")
-      .def(py::init<int, int64_t, int64_t, double, double, bool, int64_t, bool>(), py::arg("max_depth") = 24,
-           py::arg("global_cache_tokens") = 1000000, py::arg("max_children") = 4, py::arg("min_path_prob") = 0.02,
-           py::arg("kappa") = 1.0, py::arg("cache_prompts") = false, py::arg("local_weight") = 1,
-           py::arg("live_outputs") = false)
+      .def(py::init<int, int64_t, int64_t, double, double, bool, int64_t, bool, int64_t, int64_t>(),
+           py::arg("max_depth") = 24, py::arg("global_cache_tokens") = 1000000, py::arg("max_children") = 4,
+           py::arg("min_path_prob") = 0.02, py::arg("kappa") = 1.0, py::arg("cache_prompts") = false,
+           py::arg("local_weight") = 1, py::arg("live_outputs") = false, py::arg("scope_cache_tokens") = -1,
+           py::arg("max_scopes") = 1024)
+      .def_property_readonly("scope_cache_tokens", [](PyCore& s) { return s.core.scope_cache_tokens(); })
+      .def_property_readonly("max_scopes", [](PyCore& s) { return s.core.max_scopes(); })
+      .def("set_scope",
+           [](PyCore& s, int64_t h, py::handle scope) {
+             std::optional<std::string> k = scope_key(scope);
+             locked(s, [&] { s.core.set_scope(h, k); });
+           },
+           py::arg("handle"), py::arg("scope"),
+           "The scope (a str; None: the unscoped pool) request handle starts in.")
+      .def("scope_of",
+           [](PyCore& s, int64_t h) -> py::object {
+             std::optional<std::string> k = locked(s, [&] { return s.core.scope_of(h); });
+             if (!k) return py::none();
+             return py::str(*k);
+           },
+           py::arg("handle"))
+      .def("drop_scope", core_call(&SuffixCore::drop_scope), py::arg("handle"))
+      .def("num_scopes", core_call(&SuffixCore::num_scopes))
+      .def("scope_tokens",
+           [](PyCore& s, int64_t k) {
+             std::vector<int64_t> v = locked(s, [&] { return s.core.scope_tokens(k); });
+             py::list out;
+             for (int64_t x : v) out.append(x);
+             return out;
+           },
+           py::arg("k") = 5)
+      .def("check_scopes", core_call(&SuffixCore::check_scopes))
       .def_property_readonly("max_depth", [](PyCore& s) { return s.core.max_depth(); })
       .def_property_readonly("global_cache_tokens", [](PyCore& s) { return s.core.global_cache_tokens(); })
       .def_property_readonly("max_children", [](PyCore& s) { return s.core.max_children(); })
@@ -613,15 +651,20 @@ PYBIND11_MODULE(_suffix_native, m) {
       .def("num_tokens", core_call(&SuffixCore::num_tokens),
            py::arg("handle"))
       .def("abort", core_call(&SuffixCore::abort),
-           py::arg("handle"))
+           py::arg("handle"), py::arg("keep_scope") = false)
       .def("finish", core_call<NoGil>(&SuffixCore::finish),
            py::arg("handle"))
       .def("load_corpus",
-           [](PyCore& s, py::handle toks) {
+           [](PyCore& s, py::handle toks, py::handle scopes) {
              std::vector<int32_t> v = tokens_of(toks);
-             return locked<NoGil>(s, [&] { s.core.load_corpus(v.data(), v.size()); });
+             std::optional<std::vector<std::optional<std::string>>> ks;
+             if (!scopes.is_none()) {
+               ks.emplace();
+               for (py::handle k : scopes) ks->push_back(scope_key(k));
+             }
+             return locked<NoGil>(s, [&] { s.core.load_corpus(v.data(), v.size(), ks); });
            },
-           py::arg("tokens"))
+           py::arg("tokens"), py::arg("scopes") = py::none())
       .def("draft",
            [](PyCore& s, int64_t h, int64_t budget, bool tree) {
              static thread_local Draft d;

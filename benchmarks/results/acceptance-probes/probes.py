@@ -65,8 +65,8 @@ def _gate():
     orig_expand, orig_draft = sc.SuffixCore._expand, sc.SuffixCore.draft
     state = {"root": False, "kill": False}
 
-    def _expand(self, local_index, states, path_tokens):
-        out = orig_expand(self, local_index, states, path_tokens)
+    def _expand(self, local_index, states, path_tokens, *scope):  # single-scope traces
+        out = orig_expand(self, local_index, states, path_tokens, *scope)
         if state["root"]:
             state["root"] = False
             if out:
