@@ -50,7 +50,7 @@ SGLANG_VERSION=0.5.23
 # What `import sglang`, sglang.srt.server_args, its speculative registry and ngram modules need
 # beyond the vLLM CPU stack, installed --no-deps (IPython only for IPython.display).
 SGLANG_CPU_DEPS=(orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1)
-RAY_VERSION=2.60.0  # = the [ray] extra in pyproject.toml
+RAY_VERSION=2.60.0  # inside the [ray] extra's range in pyproject.toml
 MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m qwen2.5-coder-0.5b}"  # the tests use both
 EXTRAS="dev,models,workloads"
 FORCE=0
