@@ -44,7 +44,7 @@ def _supported_range(table) -> str:
     return ", ".join(f">={fmt(lo)},<{fmt(hi)}" for lo, hi in spans)
 
 
-def _adapter_name(table, engine: str, extra: str, version: str) -> str:
+def _adapter_name(table, engine: str, dist: str, version: str) -> str:
     """The adapter module of ``table`` covering ``version``; UnsupportedEngineVersion naming the
     supported range otherwise."""
     v = parse_version(version)
@@ -53,7 +53,7 @@ def _adapter_name(table, engine: str, extra: str, version: str) -> str:
             return module
     raise UnsupportedEngineVersion(
         f"specdraft supports {engine} {_supported_range(table)}; the installed {engine} is "
-        f"{version}. Install a supported version (pip install 'specdraft[{extra}]') or a "
+        f"{version}. Install a supported version (pip install '{dist}{_supported_range(table)}') or a "
         f"specdraft release that supports {engine} {version}."
     )
 

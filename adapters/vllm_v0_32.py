@@ -111,6 +111,17 @@ PROPOSE_CALL = ("sampled_token_ids", "self.input_batch.num_tokens_no_spec",
 
 OPTIONS_KEY = "specdraft"                  # the key users add to speculative_config
 OPTIONS_ATTR = "specdraft_options"         # validated options, on the built SpeculativeConfig
+PLUGINS_ENV = "VLLM_PLUGINS"  # comma-separated: vLLM loads only the plugins it names (unset: all)
+PLUGIN_NAME = "specdraft"     # our vllm.general_plugins entry point's name (pyproject.toml)
+
+
+def plugin_excluded() -> str | None:
+    """``VLLM_PLUGINS``' value when it leaves specdraft's plugin out (vLLM then never runs it:
+    no config hook, so a ``"specdraft"`` key fails vLLM's own config check), else None."""
+    value = os.environ.get(PLUGINS_ENV)
+    if value is None or PLUGIN_NAME in value.split(","):
+        return None
+    return value
 METRICS_DIR_ATTR = "specdraft_metrics_dir"  # where workers leave figures for process 0
 REQUEST_OPTIONS_KEY = "specdraft"          # SamplingParams.extra_args[...] per-request options
 # The OpenAI server copies a request's "vllm_xargs" (values: strings, numbers, lists; JSON false
@@ -789,13 +800,27 @@ def _worker_drafter_metrics(worker_wrapper: Any) -> dict | None:
     return out
 
 
+SAMPLER_FIX_METHOD = "specdraft_sampler_fix_state"
+
+
+def _worker_sampler_fix_state(worker_wrapper: Any) -> dict:
+    """Whether this worker runs specdraft's fixed CPU expand kernel (SAMPLER_FIX_METHOD)."""
+    utils = sys.modules.get("vllm.utils.cpu_triton_utils")
+    dispatcher = sys.modules.get("vllm.triton_utils.dispatcher")
+    registry = getattr(dispatcher, "_registry", {}) if dispatcher is not None else {}
+    registered = registry.get(_EXPAND_KERNEL, (None, None))[1]
+    return {"fixed": bool(getattr(utils, "_specdraft_fixed", False)),
+            "registered_is_fixed": registered is expand_kernel_impl}
+
+
 def install_worker_methods() -> None:
-    """Adds RESET_METHOD and METRICS_METHOD to vLLM's worker wrapper (cheap; called in every
-    vLLM process)."""
+    """Adds RESET_METHOD, METRICS_METHOD and SAMPLER_FIX_METHOD to vLLM's worker wrapper (cheap;
+    called in every vLLM process)."""
     from vllm.v1.worker.worker_base import WorkerWrapperBase
 
     for name, method in ((RESET_METHOD, _reset_worker_state),
-                         (METRICS_METHOD, _worker_drafter_metrics)):
+                         (METRICS_METHOD, _worker_drafter_metrics),
+                         (SAMPLER_FIX_METHOD, _worker_sampler_fix_state)):
         if not hasattr(WorkerWrapperBase, name):
             setattr(WorkerWrapperBase, name, method)
 

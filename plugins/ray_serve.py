@@ -5,8 +5,8 @@ specdraft proposer: ``LLMConfig.engine_kwargs["speculative_config"]`` names the 
 carries specdraft's options (the ``"specdraft"`` key), which Ray Serve passes to vLLM unchanged.
 The same application as YAML for ``serve run`` is ``examples/ray_serve_llm.yaml``.
 
-specdraft must import in every replica's vLLM processes: install it on every node (``pip install
-specdraft``, as the examples assume), or ship it with ``runtime_env`` (``{"py_modules": [...]}``
+specdraft must import in every replica's vLLM processes: install it on every node (the wheel or a
+checkout: README, Install), or ship it with ``runtime_env`` (``{"py_modules": [...]}``
 or ``{"env_vars": {"PYTHONPATH": ...}}``). vLLM finds the plugin by its entry point, so an
 installed package is the simple way.
 
@@ -56,14 +56,15 @@ class SpecdraftLLMServer(LLMServer):
 
 def llm_config(model: str, *, model_id: str = "specdraft-model",
                proposer: str = "SuffixProposer", num_speculative_tokens: int = 8,
-               specdraft: dict | None = None, replicas: int = 1, cpu: bool = True,
+               specdraft: dict | None = None, replicas: int = 1, cpu: bool | None = None,
                engine_kwargs: dict | None = None, replica_cpus: float | None = None,
                engine_cpus: float | None = None, runtime_env: dict | None = None) -> LLMConfig:
     """An ``LLMConfig`` serving ``model`` with a specdraft proposer (``proposer=None``: plain).
 
     ``specdraft``: the proposer's options (e.g. ``{"shared_cache": {"name": "app", "tokens":
-    4_000_000}}`` for one suffix cache shared by all replicas). ``cpu``: vLLM's CPU build, Ray's
-    CPU path. ``replica_cpus``/``engine_cpus``: the replica actor's and the engine bundle's CPUs
+    4_000_000}}`` for one suffix cache shared by all replicas). ``cpu``: True, Ray's CPU path
+    (vLLM's CPU build, no GPU requested); False, Ray's default GPU placement; None (default):
+    whichever the vLLM installed here runs on (its platform), so a GPU machine gets GPU replicas. ``replica_cpus``/``engine_cpus``: the replica actor's and the engine bundle's CPUs
     (fractions let several replicas share a small machine).
     """
     kwargs = dict(engine_kwargs or {})
@@ -77,6 +78,8 @@ def llm_config(model: str, *, model_id: str = "specdraft-model",
     if replica_cpus is not None:
         deployment["ray_actor_options"] = {"num_cpus": replica_cpus}
     extra: dict[str, Any] = {}
+    if cpu is None:
+        cpu = vllm_runs_on_cpu()
     if cpu:
         extra["accelerator_config"] = {"kind": "cpu"}
     if engine_cpus is not None:
@@ -86,6 +89,13 @@ def llm_config(model: str, *, model_id: str = "specdraft-model",
     return LLMConfig(model_loading_config={"model_id": model_id, "model_source": model},
                      engine_kwargs=kwargs, deployment_config=deployment,
                      server_cls=SpecdraftLLMServer, **extra)
+
+
+def vllm_runs_on_cpu() -> bool:
+    """Whether the vLLM installed in this process's environment runs on CPU (its CPU build)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
 
 
 def build_app(*configs: LLMConfig, ingress_cpus: float | None = 0):
@@ -122,7 +132,7 @@ def app_builder(args: dict) -> Any:
         args["model"], model_id=args.get("model_id", "specdraft-model"),
         proposer=args.get("proposer", "SuffixProposer") or None,
         num_speculative_tokens=num("num_speculative_tokens", int, 8), specdraft=specdraft,
-        replicas=num("replicas", int, 1), cpu=str(args.get("cpu", "true")).lower() == "true",
+        replicas=num("replicas", int, 1), cpu=None if "cpu" not in args else str(args["cpu"]).lower() == "true",
         engine_kwargs=engine_kwargs, replica_cpus=num("replica_cpus", float, None),
         engine_cpus=num("engine_cpus", float, None))
     return build_app(config, ingress_cpus=num("ingress_cpus", float, 0))

@@ -105,10 +105,19 @@ class SpecdraftProposer:
     def __init__(self, vllm_config: Any):
         self.adapter = vllm_adapter()  # raises UnsupportedEngineVersion naming the supported range
         self.log = self.adapter.logger()
+        # This worker verifies specdraft's drafts: fix its CPU rejection sampler (and only its).
+        from specdraft.plugins.vllm_plugin import apply_sampler_fix
+
+        apply_sampler_fix(self.adapter)
         facts = self.adapter.engine_facts(vllm_config)
         self.num_speculative_tokens = facts.num_speculative_tokens
         self.max_model_len = facts.max_model_len
         self.vocab_size = facts.vocab_size
+        if facts.options is None and (excluded := self.adapter.plugin_excluded()) is not None:
+            raise config_error(
+                f"specdraft's vLLM plugin did not run: {self.adapter.PLUGINS_ENV}={excluded!r} "
+                f"leaves it out; add it ({self.adapter.PLUGINS_ENV}={excluded + ',' if excluded else ''}"
+                f"{self.adapter.PLUGIN_NAME}) or unset {self.adapter.PLUGINS_ENV}")
         if facts.options is None:
             self.log.info("specdraft: no options from process 0 (specdraft's vLLM plugin did not "
                           "see the config); using defaults")

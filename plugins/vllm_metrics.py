@@ -80,7 +80,12 @@ SCOPE_RANKS = 5
 
 
 def prometheus_families(snapshot: dict, labels: dict[str, str]) -> Iterator[Any]:
-    """Prometheus metric families for one engine's snapshot."""
+    """Prometheus metric families for one engine's snapshot.
+
+    Counters in base units (seconds), as Prometheus and vLLM name them; ratios are left to
+    queries over them: time per step is ``rate(specdraft:proposer_seconds_total[5m]) /
+    rate(specdraft:proposer_steps_total[5m])``, the hit rate ``rate(proposed_drafts_total) /
+    rate(draft_rows_total)``. Gauges only for levels (the global cache's size)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     names = list(labels)
@@ -101,16 +106,12 @@ def prometheus_families(snapshot: dict, labels: dict[str, str]) -> Iterator[Any]
     yield counter("proposer_steps", "Engine steps in which the specdraft proposer ran.", steps)
     yield counter("proposer_seconds", "Time spent in the specdraft proposer.",
                   snapshot.get("proposer_seconds", 0.0))
-    yield gauge("proposer_us_per_step", "Mean proposer time per engine step, microseconds.",
-                1e6 * snapshot.get("proposer_seconds", 0.0) / steps if steps else 0.0)
     yield counter("draft_rows", "Requests asked for a draft (one per request per step).", rows)
     proposed = snapshot.get("proposed_drafts", 0)
     yield counter("proposed_drafts", "Requests given a non-empty draft by the proposer (vLLM "
                   "drops some: requests that finished in that step).", proposed)
     yield counter("proposed_draft_tokens", "Draft tokens the proposer handed to vLLM.",
                   snapshot.get("proposed_draft_tokens", 0))
-    yield gauge("draft_hit_rate", "Fraction of draft requests answered with at least one token.",
-                proposed / rows if rows else 0.0)
     yield counter("drafts", "Drafts vLLM verified (counted as vllm:spec_decode_num_drafts).",
                   snapshot.get("drafts", 0))
     yield counter("draft_tokens", "Draft tokens vLLM verified (counted as "

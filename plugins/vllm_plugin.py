@@ -7,10 +7,12 @@ every user of an environment where specdraft is installed, so it stays cheap and
   config forbids unknown keys). Options are validated there, so a bad option fails startup before
   any engine process starts, and they travel to the workers on the config object. The same hook
   registers the Prometheus collector that exports specdraft's figures for that engine.
-* CPU workers of affected vLLM versions: fix the rejection sampler's expand kernel
-  (vllm-project/vllm PR #55006), which makes temperature > 0 speculation wrong (logged once per
-  process), and guard the CPU top-k path against steps without draft tokens (a top_k request
-  otherwise kills the engine under any speculative method).
+* CPU workers of affected vLLM versions: guard the CPU top-k path against steps without draft
+  tokens (a top_k request otherwise kills the engine under any speculative method).
+* The rejection sampler's expand-kernel fix (vllm-project/vllm PR #55006: temperature > 0
+  speculation is wrong on the CPU build) is not applied here but by ``apply_sampler_fix`` from a
+  specdraft proposer's constructor, in the worker that verifies its drafts: engines of the same
+  environment that do not use specdraft keep vLLM's sampler as vLLM ships it.
 * Workers: a named method that clears the drafter's cross-request state (benchmark rounds use
   it through ``LLM.collective_rpc``; see the adapter's ``reset_cross_request_state``).
 * The request-identity hooks on the model runner are installed by the proposer's constructor
@@ -44,8 +46,6 @@ def register() -> None:
         adapter.install_config_hook(prepare_speculative_config)
         adapter.install_worker_methods()
         version = installed_vllm_version()
-        if adapter.sampler_fix_needed(parse_version(version)):
-            _apply_sampler_fix(adapter, version)
         if adapter.top_k_guard_needed(parse_version(version)):
             if adapter.apply_top_k_guard() == "applied":
                 adapter.logger().debug("specdraft: guarded vLLM's CPU top-k against batches "
@@ -55,7 +55,14 @@ def register() -> None:
                        "but options from speculative_config['specdraft'] may be refused")
 
 
-def _apply_sampler_fix(adapter: Any, version: str) -> None:
+def apply_sampler_fix(adapter: Any) -> None:
+    """Fix this worker's CPU rejection sampler on affected vLLM versions (logged once per
+    process). Called by specdraft's proposers: only engines that verify specdraft's drafts."""
+    from specdraft.adapters import installed_vllm_version, parse_version
+
+    version = installed_vllm_version()
+    if not adapter.sampler_fix_needed(parse_version(version)):
+        return
     outcome = adapter.apply_sampler_fix()
     log = adapter.logger()
     if outcome == "applied":

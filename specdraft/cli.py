@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 
@@ -16,6 +17,27 @@ SUBCOMMANDS = {
     "replay": ("specdraft.replay", "exact acceptance of every drafting method on recorded traces"),
     "workloads": ("specdraft.workloads", "list, show and write the seeded benchmark workloads"),
 }
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every subcommand's help: each option's default shown after its help text (lists as
+    written on the command line), none for options without a default or off switches."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("%(default)" in text or default is None or default is False
+                or default is argparse.SUPPRESS
+                or (not action.option_strings and action.nargs not in ("?", "*"))):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+def parser(prog: str, description: str | None = None, **kwargs) -> argparse.ArgumentParser:
+    """The ArgumentParser of a subcommand, with specdraft's help formatter."""
+    return argparse.ArgumentParser(prog=prog, description=description,
+                                   formatter_class=HelpFormatter, **kwargs)
 
 
 def usage() -> str:
@@ -41,8 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specdraft: unknown command {argv[0]!r}; commands: {', '.join(SUBCOMMANDS)}",
               file=sys.stderr)
         return 2
-    module = importlib.import_module(cmd[0])
-    return int(module.main(argv[1:]) or 0)
+    from specdraft.errors import UserError
+
+    try:
+        module = importlib.import_module(cmd[0])
+        return int(module.main(argv[1:]) or 0)
+    except UserError as e:  # something to install or to give differently: its one line says what
+        print(f"specdraft {argv[0]}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

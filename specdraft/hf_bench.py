@@ -24,11 +24,11 @@ q tokens after the cache verifies q - 1 draft tokens; each pass emits accepted +
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
+from specdraft.cli import parser as cli_parser
 from specdraft.live import cpu_pressure
 from specdraft.results import write_results
 
@@ -152,12 +152,12 @@ def format_hf_table(table: dict, baselines: list[str]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="specdraft hf-bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="smollm2-135m", help="model name (specdraft models list) "
-                    "or folder")
+    ap = cli_parser("specdraft hf-bench", __doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m", help="a name from `specdraft models list`, "
+                    "a model folder, or a Hugging Face id in the local cache")
     ap.add_argument("--assistant", help="draft model for hf-assisted (default: Qwen2.5-Coder-0.5B "
                     "when the model is Qwen2.5-Coder-1.5B; none otherwise)")
-    ap.add_argument("--dtype", default="bfloat16", choices=DTYPES)
+    ap.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="target dtype")
     ap.add_argument("--traces", help="trace JSONL whose prompts are used (default: the model's "
                     "trace under benchmarks/traces/)")
     ap.add_argument("--limit", type=int, default=4, help="the first N prompts of the trace")
@@ -166,13 +166,14 @@ def main(argv=None) -> int:
                     help="the first N prompts of each workload (before --limit)")
     ap.add_argument("--max-new-tokens", type=int, default=128,
                     help="cap on each request's max_tokens from the trace")
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, metavar="METHOD",
+                    help=f"methods to run, of: {' '.join(METHODS)}")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
     ap.add_argument("-k", "--max-draft-tokens", type=int, default=8,
                     help="draft tokens per pass: tree nodes (specdraft), "
                     "prompt_lookup_num_tokens (hf-lookup)")
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", required=True, help="where to write the results")
     args = ap.parse_args(argv)
 
     def progress(msg):

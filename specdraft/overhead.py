@@ -59,6 +59,7 @@ import time
 
 import numpy as np
 
+from specdraft.cli import parser as cli_parser
 from specdraft.live import cpu_pressure
 from specdraft.results import write_results
 
@@ -448,15 +449,14 @@ METHODS = ("specdraft", "arctic", "ngram")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specdraft overhead",
-                                description="Proposer cost per request-step, each method driven "
-                                            "through the object vLLM calls: specdraft vs vLLM "
-                                            "suffix (arctic-inference) vs vLLM n-gram, interleaved.")
+    p = cli_parser("specdraft overhead",
+                   "Proposer cost per request-step, each method driven through the object vLLM "
+                   "calls: specdraft vs vLLM suffix (arctic-inference) vs vLLM n-gram, interleaved.")
     p.add_argument("--json", metavar="FILE", help="write the results here (JSON)")
     p.add_argument("--table", metavar="FILE",
                    help="print the markdown table of a results file written by --json, and exit")
-    p.add_argument("--prompt-tokens", type=int, default=DEFAULTS["prompt_tokens"])
-    p.add_argument("--output-tokens", type=int, default=DEFAULTS["output_tokens"])
+    p.add_argument("--prompt-tokens", type=int, default=DEFAULTS["prompt_tokens"], help="prompt length of the timed requests")
+    p.add_argument("--output-tokens", type=int, default=DEFAULTS["output_tokens"], help="tokens each timed request generates")
     p.add_argument("--global-cache-tokens", type=int, default=DEFAULTS["global_cache_tokens"],
                    help="global cache budget, pre-filled before timing")
     p.add_argument("--budget", type=int, default=DEFAULTS["budget"], help="draft budget (tokens)")
@@ -464,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated batch sizes (concurrent requests), one run each")
     p.add_argument("--block-steps", type=int, default=DEFAULTS["block_steps"],
                    help="steps per timed block; methods alternate block by block")
-    p.add_argument("--vocab", type=int, default=DEFAULTS["vocab"])
+    p.add_argument("--vocab", type=int, default=DEFAULTS["vocab"], help="vocabulary size of the synthetic streams")
     p.add_argument("--max-depth", type=int, default=DEFAULTS["max_depth"],
                    help="suffix depth (specdraft max_depth, arctic max_tree_depth)")
     p.add_argument("--ngram-min", type=int, default=DEFAULTS["ngram_min"], help="prompt_lookup_min")
@@ -472,8 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-prompt-tokens", type=int, default=DEFAULTS["prefill_prompt_tokens"],
                    help="prompt length of the pre-fill requests (their outputs fill the cache)")
     p.add_argument("--methods", default=",".join(METHODS),
-                   help="comma-separated subset of " + ",".join(METHODS))
-    p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+                   help="comma-separated subset of " + ",".join(METHODS))  # checked in main
+    p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seed of the synthetic streams")
     p.add_argument("--specdraft-adaptive", action="store_true",
                    help="specdraft sizes drafts with its adaptive controller (GPU cost model, 8B shape). Off "
                         "by default: it then drafts what the index proposes up to the budget, as "

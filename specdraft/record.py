@@ -14,13 +14,14 @@ replay can judge the drafts of a request's last step exactly as the engine did.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import hashlib
 import json
 import os
 import sys
 import time
+
+from specdraft.cli import parser as cli_parser
 
 
 def tokenizer_identity(tokenizer) -> str:
@@ -95,21 +96,21 @@ def record(records: list[dict], llm, model_name: str, out_path: str, *, lookahea
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="specdraft record", description=__doc__.split("\n\n")[0])
+    ap = cli_parser("specdraft record", __doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--workload", nargs="+", help="built-in workload name(s) (specdraft workloads list)")
     src.add_argument("--workload-file", help="a JSONL workload file (see docs/workloads.md)")
-    ap.add_argument("-n", type=int, default=8, help="requests per built-in workload (default 8)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model", default="smollm2-135m", help="model name or folder")
+    ap.add_argument("-n", type=int, default=8, help="requests per built-in workload")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the built-in workloads")
+    ap.add_argument("--model", default="smollm2-135m", help="a name from `specdraft models list`, a model folder, or a Hugging Face id in the local cache")
     ap.add_argument("--max-tokens", type=int, help="cap every request's max_tokens")
-    ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--max-model-len", type=int, default=4096, help="vLLM max_model_len (longer requests are skipped)")
     ap.add_argument("--lookahead", type=int, default=0,
                     help="record K+1 tokens past max_tokens, ignoring EOS (for exact live checks)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                     help="target dtype (any deterministic greedy output is a valid trace; "
                          "bfloat16 records ~2x faster on CPU)")
-    ap.add_argument("--max-num-seqs", type=int, default=8, help="requests in flight (default 8)")
+    ap.add_argument("--max-num-seqs", type=int, default=8, help="requests in flight")
     ap.add_argument("--out", required=True, help="trace JSONL to write (.gz: gzipped)")
     args = ap.parse_args(argv)
 

@@ -32,7 +32,6 @@ Hugging Face's prompt-lookup candidate generator (imported from transformers).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -40,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable
 
+from specdraft.cli import parser as cli_parser
 from specdraft.jsonl import located, read_jsonl, token_ids
 from specdraft.proposers.controller import COST_MODELS, CostModel
 from specdraft.results import write_results
@@ -832,17 +832,16 @@ def load_cost_model(spec: str | None) -> tuple[str | None, object]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="specdraft replay", description=__doc__.split("\n\n")[0])
+    ap = cli_parser("specdraft replay", __doc__.split("\n\n")[0])
     ap.add_argument("--traces", required=True, nargs="+",
                     help="trace JSONL file(s) from specdraft record (.jsonl or .jsonl.gz)")
-    ap.add_argument("--methods", nargs="+", default=DEFAULT_METHODS,
-                    help=f"methods to replay (default: {' '.join(DEFAULT_METHODS)}; "
-                         f"all: {' '.join(METHODS)})")
-    ap.add_argument("--max-draft", type=int, default=16, help="draft budget per step (default 16)")
+    ap.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, choices=list(METHODS),
+                    metavar="METHOD", help=f"methods to replay, of: {' '.join(METHODS)}")
+    ap.add_argument("--max-draft", type=int, default=16, help="draft budget per step")
     ap.add_argument("--cost-model", help=f"verification cost model: a preset ({', '.join(COST_MODELS)}) "
                     "or NAME=FILE.json; default: the GPU preset for the trace's model size")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64],
-                    help="batch sizes to estimate speedup at (default 1 16 64); counts are the first's")
+                    help="batch sizes to estimate speedup at; counts are the first's")
     ap.add_argument("--specdraft-options", default="{}", metavar="JSON",
                     help='options for every specdraft method, e.g. \'{"max_waste": 64}\' (ablations)')
     ap.add_argument("--json", required=True, help="where to write the results")

