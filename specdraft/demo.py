@@ -67,6 +67,10 @@ def main(argv=None) -> int:
                     help=f"methods to compare, among {', '.join(live.method_configs())}; 'none' "
                     "(no speculation) is required: it is the reference")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    ap.add_argument("--warmup-rounds", type=int, default=1,
+                    help="whole rounds run first, untimed and not reported: the CPU build makes "
+                    "its matmul kernels per batch shape on first use (about 1.3 ms per layer "
+                    "and new shape), and speculation runs many shapes")
     ap.add_argument("--max-tokens", type=int, default=160, help="output tokens per request")
     ap.add_argument("-k", "--num-speculative-tokens", type=int, default=8,
                     help="draft bound of every speculative method")
@@ -106,7 +110,7 @@ def main(argv=None) -> int:
                 names, prompts = build_prompts(llm_none.get_tokenizer(), llm_none,
                                                args.max_tokens, say)
             runs = run_interleaved(engines, prompts, args.max_tokens, args.rounds, say,
-                                   methods=args.methods)
+                                   methods=args.methods, warmup_rounds=args.warmup_rounds)
         except live.MemoryPlanError as e:
             say(f"specdraft demo: {e}")
             return 2
@@ -114,7 +118,8 @@ def main(argv=None) -> int:
             engines.close()
     table = summarize(runs)
     title = (f"model {args.model}, {len(prompts)} prompts ({', '.join(names)}), max {args.max_tokens} "
-             f"tokens, k={args.num_speculative_tokens}, {args.rounds} interleaved rounds "
+             f"tokens, k={args.num_speculative_tokens}, {args.rounds} interleaved rounds after "
+             f"{args.warmup_rounds} untimed "
              f"({plan.mode}), caches cleared before every run, {args.dtype}, CPU")
     print()
     print(title)
