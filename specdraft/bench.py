@@ -510,6 +510,7 @@ def plot_pass_costs(costs: list[list], k: int, path: str, title: str) -> None:
         xs = sorted(per_req)
         axes[1].bar(xs, [per_req[x] for x in xs], color="#9bb7d4")
     axes[0].set_xscale("log")
+    axes[0].set_yscale("log")
     axes[0].set_xlabel("tokens scored in the pass")
     axes[0].set_ylabel("ms per pass (mean)")
     axes[0].set_title("measured pass cost (decode passes and prefill chunks)", fontsize=9)
