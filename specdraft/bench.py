@@ -573,13 +573,8 @@ def replay_saved(path: str) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="specdraft bench", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--traces", help="trace JSONL from specdraft record (its prompts and "
-                    "max_tokens are used; outputs are checked against it); required unless "
-                    "--replay-only")
-    ap.add_argument("--model", help="model name or folder (default: the trace's model)")
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options ``bench`` and ``demo`` share: methods, rounds, draft bound, dtype."""
     ap.add_argument("--methods", nargs="+", default=["none", "vllm-ngram", "vllm-suffix", "specdraft"],
                     choices=list(live.method_configs()), metavar="METHOD",
                     help=f"methods to compare, among {', '.join(live.method_configs())}; 'none' "
@@ -594,6 +589,16 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", choices=live.DTYPES, default="float32",
                     help="target dtype (bfloat16 outputs may drift from no speculation: the share "
                     "of identical requests is reported instead)")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="specdraft bench", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--traces", help="trace JSONL from specdraft record (its prompts and "
+                    "max_tokens are used; outputs are checked against it); required unless "
+                    "--replay-only")
+    ap.add_argument("--model", help="model name or folder (default: the trace's model)")
+    add_run_arguments(ap)
     ap.add_argument("--workload", nargs="+", help="use only these workloads' requests")
     ap.add_argument("--limit", type=int, help="use only the first N requests")
     ap.add_argument("--max-tokens", type=int, help="cap every request's output tokens")

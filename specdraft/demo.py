@@ -58,25 +58,13 @@ def build_prompts(tokenizer, llm_none, max_tokens: int, progress) -> tuple[list[
 
 def main(argv=None) -> int:
     from specdraft import live
+    from specdraft.bench import add_run_arguments
     ap = argparse.ArgumentParser(prog="specdraft demo", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m",
                     help="a name from `specdraft models list` or a model folder")
-    ap.add_argument("--methods", nargs="+", default=["none", "vllm-ngram", "vllm-suffix", "specdraft"],
-                    choices=list(live.method_configs()), metavar="METHOD",
-                    help=f"methods to compare, among {', '.join(live.method_configs())}; 'none' "
-                    "(no speculation) is required: it is the reference")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    ap.add_argument("--warmup-rounds", type=int, default=1,
-                    help="whole rounds run first, untimed and not reported: the CPU build makes "
-                    "its matmul kernels per batch shape on first use (about 1.3 ms per layer "
-                    "and new shape), and speculation runs many shapes")
+    add_run_arguments(ap)
     ap.add_argument("--max-tokens", type=int, default=160, help="output tokens per request")
-    ap.add_argument("-k", "--num-speculative-tokens", type=int, default=8,
-                    help="draft bound of every speculative method")
-    ap.add_argument("--dtype", choices=live.DTYPES, default="float32",
-                    help="target dtype (bfloat16 outputs may drift from no speculation: the share "
-                    "of identical requests is reported instead)")
     ap.add_argument("--one-at-a-time", action="store_true",
                     help="run engines one at a time even when they fit in memory together")
     ap.add_argument("--json", default="results/demo.json", help="where the results go")
