@@ -26,6 +26,7 @@ import numpy as np
 # the drafter drops requests the runner no longer holds.
 RETAIN_EVERY = 64
 PASS_LOG = 1 << 16  # passes kept in order for benchmarks (about 3 MB at most)
+PASS_SHAPES = 1 << 14  # pass shapes whose mean cost is kept (about 2 MB at most)
 
 
 class _Speculates(dict):
@@ -55,8 +56,8 @@ class VllmStep:
         self.speculates = _Speculates()
         self.steps = 0
         # measured pass cost: (rows, tokens scored) -> [passes, seconds], what the engine's
-        # verification actually costs by batch and tokens (read by benchmarks; bounded by
-        # max_num_seqs x max_num_batched_tokens entries)
+        # verification actually costs by batch and tokens (read by benchmarks; at most
+        # PASS_SHAPES shapes: past that, new shapes are only in pass_log)
         self.pass_costs: dict[tuple[int, int], list] = {}
         # the latest passes in order, (rows, tokens, seconds): what the controller was told
         self.pass_log: deque = deque(maxlen=PASS_LOG)
@@ -107,7 +108,8 @@ class VllmStep:
         self.pass_log.append((rows, tokens, seconds))
         cell = self.pass_costs.get((rows, tokens))
         if cell is None:
-            self.pass_costs[rows, tokens] = [1, seconds]
+            if len(self.pass_costs) < PASS_SHAPES:
+                self.pass_costs[rows, tokens] = [1, seconds]
         else:
             cell[0] += 1
             cell[1] += seconds
