@@ -259,53 +259,50 @@ def install_request_check(check: Callable[[Any], None]) -> bool:
     OpenAI server, an exception from ``LLM.generate``). Only engines whose speculative config
     carries specdraft's options are checked.
     """
-    import importlib
-
     from vllm.exceptions import VLLMValidationError
 
-    module = importlib.import_module(_INPUT_PROCESSOR)
-    processor_cls = module.InputProcessor
-    original = processor_cls._validate_params
-    if getattr(original, "_specdraft_hook", False):
-        return True
+    def wrap(original):
+        def _validate_params(self, params, *args, **kwargs):
+            spec = getattr(self, "speculative_config", None)
+            extra = getattr(params, "extra_args", None)
+            if extra and getattr(spec, OPTIONS_ATTR, None) is not None:
+                try:
+                    check(extra)
+                except ValueError as e:
+                    raise VLLMValidationError(str(e), parameter="vllm_xargs") from None
+            return original(self, params, *args, **kwargs)
+        return _validate_params
 
-    @functools.wraps(original)
-    def _validate_params(self, params, *args, **kwargs):
-        spec = getattr(self, "speculative_config", None)
-        extra = getattr(params, "extra_args", None)
-        if extra and getattr(spec, OPTIONS_ATTR, None) is not None:
-            try:
-                check(extra)
-            except ValueError as e:
-                raise VLLMValidationError(str(e), parameter="vllm_xargs") from None
-        return original(self, params, *args, **kwargs)
-
-    _validate_params._specdraft_hook = True  # type: ignore[attr-defined]
-    processor_cls._validate_params = _validate_params
+    _wrap_input_processor("_validate_params", wrap)
     return True
+
+
+def _wrap_input_processor(name: str, wrap: Callable[[Any], Any]) -> None:
+    """``InputProcessor.<name>`` replaced by ``wrap(original)``, once (process 0)."""
+    import importlib
+
+    processor_cls = importlib.import_module(_INPUT_PROCESSOR).InputProcessor
+    original = getattr(processor_cls, name)
+    if getattr(original, "_specdraft_hook", False):
+        return
+    wrapped = functools.wraps(original)(wrap(original))
+    wrapped._specdraft_hook = True  # type: ignore[attr-defined]
+    setattr(processor_cls, name, wrapped)
 
 
 def install_scope_transport() -> bool:
     """Copy each request's ``cache_salt`` into its ``SamplingParams.extra_args[SCOPE_ARG]``
     as vLLM builds the engine core's request (``InputProcessor.process_inputs``, process 0),
     in engines whose speculative config carries specdraft's options."""
-    import importlib
+    def wrap(original):
+        def process_inputs(self, *args, **kwargs):
+            request = original(self, *args, **kwargs)
+            if getattr(getattr(self, "speculative_config", None), OPTIONS_ATTR, None) is not None:
+                set_request_scope(request)
+            return request
+        return process_inputs
 
-    module = importlib.import_module(_INPUT_PROCESSOR)
-    processor_cls = module.InputProcessor
-    original = processor_cls.process_inputs
-    if getattr(original, "_specdraft_hook", False):
-        return True
-
-    @functools.wraps(original)
-    def process_inputs(self, *args, **kwargs):
-        request = original(self, *args, **kwargs)
-        if getattr(getattr(self, "speculative_config", None), OPTIONS_ATTR, None) is not None:
-            set_request_scope(request)
-        return request
-
-    process_inputs._specdraft_hook = True  # type: ignore[attr-defined]
-    processor_cls.process_inputs = process_inputs
+    _wrap_input_processor("process_inputs", wrap)
     return True
 
 
