@@ -99,10 +99,11 @@ SOURCE_FIELDS = (
     # what the benchmarks read from generate() outputs (request_spec_counters)
     ("vllm/outputs.py", "CompletionOutput", ("token_ids", "spec_decode_metrics")),
     ("vllm/v1/metrics/stats.py", "RequestSpecDecodeMetrics", ("histogram", "num_draft_tokens")),
-    # per-request timestamps (request_latencies: TTFT and TPOT)
+    # per-request timestamps (request_latencies: TTFT and TPOT; first_step_requests)
     ("vllm/outputs.py", "RequestOutput", ("metrics",)),
     ("vllm/v1/metrics/stats.py", "RequestStateStats",
-     ("first_token_latency", "first_token_ts", "last_token_ts", "num_generation_tokens")),
+     ("first_token_latency", "first_token_ts", "last_token_ts", "num_generation_tokens",
+      "scheduled_ts")),
 )
 # The custom_class call site in GPUModelRunner.propose_draft_token_ids: the drafter's propose is
 # called with these arguments (source text), which propose_arguments() reads by PROPOSE_PARAMS.
@@ -970,6 +971,18 @@ def request_latencies(outputs: Any) -> list[tuple[float | None, float | None]]:
         tpot = (m.last_token_ts - m.first_token_ts) / (n - 1) if n > 1 else None
         out.append((ttft, tpot))
     return out
+
+
+def first_step_requests(outputs: Any) -> int | None:
+    """How many of the ``generate()`` outputs the engine's first step admitted: the requests
+    sharing the earliest ``scheduled_ts`` (the scheduler stamps every request it schedules in a
+    step with one clock reading). Requests reach the engine one by one while it already steps,
+    so this is a race a replay must read from the run; None without stamps."""
+    stamps = [getattr(getattr(o, "metrics", None), "scheduled_ts", 0.0) or 0.0 for o in outputs]
+    if not stamps or not all(stamps):
+        return None
+    first = min(stamps)
+    return sum(1 for t in stamps if t == first)
 
 
 PER_REQUEST_METRICS_ARGS = {"per_request_spec_decode_metrics": "summary"}

@@ -36,9 +36,10 @@ def prompts():
 
 @pytest.fixture(scope="module")
 def engines(model_path):
-    with make_llm(model_path, speculative_config=SPEC["vllm-suffix"],
+    # with stats: the requests' scheduling stamps say how many the first step admitted
+    with make_llm(model_path, speculative_config=SPEC["vllm-suffix"], disable_log_stats=False,
                   per_request_spec_decode_metrics="summary") as suffix, \
-         make_llm(model_path, speculative_config=SPEC["specdraft"],
+         make_llm(model_path, speculative_config=SPEC["specdraft"], disable_log_stats=False,
                   per_request_spec_decode_metrics="summary") as specdraft:
         yield {"vllm-suffix": suffix, "specdraft": specdraft}
 
@@ -94,6 +95,8 @@ def test_the_replay_predicts_the_live_counts(engines, plain_llm, prompts):
     table = bench.summarize(runs)
     for m, rs in runs.items():  # the schedule each engine ran with
         assert rs[0].counters["schedule"]["max_num_batched_tokens"] > 0, m
+        # the requests that had reached the engine when it first stepped (a race: read, not assumed)
+        assert 1 <= rs[0].counters["schedule"]["first_step"] <= len(prompts), m
     def schedule(run):
         return bench.run_schedule(run, run.counters["schedule"]["max_num_seqs"])
     replayed = bench.replay_live(runs, prompts, NUM_SPEC_TOKENS, schedule, "cpu-fp32",

@@ -135,7 +135,9 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
                 res.counters["pass_costs"], res.counters["pass_log"] = costs or (None, None)
             res.counters["cpu_pressure"] = live.cpu_pressure()
             res.counters["reset"] = reset
-            res.counters["schedule"] = schedule
+            # the engine's first step: the requests that had reached it (a race, read from the run)
+            res.counters["schedule"] = dict(schedule, first_step=(
+                1 if sequential else res.first_step))
             if r < 0:
                 progress(f"[bench] warm-up round {r + warmup_rounds + 1}/{warmup_rounds} {m}: "
                          f"{res.tokens / res.seconds:.1f} tok/s (not reported)")
@@ -221,9 +223,12 @@ def run_schedule(run, max_num_seqs: int):
     """The engine schedule a run had (one request at a time when ``max_num_seqs`` is 1)."""
     from specdraft.replay import EngineSchedule
 
-    # generate() hands requests to an engine that starts stepping on the first one
-    return EngineSchedule(**dict(run.counters["schedule"], max_num_seqs=max_num_seqs,
-                                 first_step=1))
+    # generate() hands requests to an engine that starts stepping on the first one: the first
+    # step holds those that had arrived (recorded from vLLM's stamps; older runs: the first)
+    sched = dict(run.counters["schedule"], max_num_seqs=max_num_seqs)
+    if sched.get("first_step") is None:
+        sched["first_step"] = 1
+    return EngineSchedule(**sched)
 
 
 def add_replayed(table: dict, replayed: dict) -> None:

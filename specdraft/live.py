@@ -246,6 +246,8 @@ class RunResult:
     counters: dict = field(default_factory=dict)
     # (TTFT, TPOT) in seconds per request (request_latencies), None where vLLM gave no stamps
     latencies: list[tuple[float | None, float | None]] = field(default_factory=list)
+    # how many requests the engine's first step admitted (first_step_requests), None unknown
+    first_step: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -264,8 +266,9 @@ def generate(llm, prompts: list[list[int]], max_tokens: int | list[int], tempera
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     secs = time.perf_counter() - t0
     from specdraft.adapters import vllm_adapter
+    adapter = vllm_adapter()
     return RunResult([list(o.outputs[0].token_ids) for o in outs], secs, request_counters(outs),
-                     vllm_adapter().request_latencies(outs))
+                     adapter.request_latencies(outs), adapter.first_step_requests(outs))
 
 
 def request_counters(outs) -> dict[str, int]:

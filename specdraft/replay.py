@@ -565,8 +565,10 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
         done = [q for q in running if q.pos >= q.limit]
         drafting = [q for q in emitted_now if not (ends_in_step and q.pos >= q.limit)]
         if drafting:
-            contexts = [len(q.prompt) + q.pos for q in running]
-            shape = (len(running), float(sum(contexts)), float(max(contexts)))
+            # the rows that emitted a token this step, as the engine's step sees the batch
+            # (rows still in prefill emit nothing and are not in it)
+            contexts = [len(q.prompt) + q.pos for q in emitted_now]
+            shape = (len(emitted_now), float(sum(contexts)), float(max(contexts)))
             for q, d in zip(drafting, method.draft_batch([q.key for q in drafting], max_k, shape)):
                 if len(d[0]) > max_k:
                     raise RuntimeError(f"{method.name} drafted {len(d[0])} > {max_k} tokens")

@@ -196,3 +196,29 @@ def test_stopped_in_step(output, num_sampled, params, stopped):
     from specdraft.adapters.vllm_v0_32 import stopped_in_step
 
     assert stopped_in_step(_ReqState([1, 1, 1, 1], output, **params), 12, num_sampled) is stopped
+
+
+def _output(n_tokens: int, **stamps):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(range(n_tokens)))],
+                           metrics=SimpleNamespace(**stamps) if stamps else None)
+
+
+def test_request_latencies_are_the_serving_benchmarks_ttft_and_tpot():
+    from specdraft.adapters.vllm_v0_32 import request_latencies
+
+    outs = [_output(5, first_token_ts=10.0, last_token_ts=10.8, first_token_latency=0.25),
+            _output(1, first_token_ts=10.0, last_token_ts=10.0, first_token_latency=0.5),
+            _output(3)]                                   # an engine that logs no stats
+    assert request_latencies(outs) == [(0.25, pytest.approx(0.2)), (0.5, None), (None, None)]
+
+
+def test_first_step_requests_counts_those_scheduled_with_the_first_stamp():
+    from specdraft.adapters.vllm_v0_32 import first_step_requests
+
+    stamped = [_output(2, scheduled_ts=t) for t in (5.0, 5.0, 5.1, 5.0)]
+    assert first_step_requests(stamped) == 3
+    assert first_step_requests(stamped[2:3]) == 1
+    assert first_step_requests([_output(2)]) is None       # no stamps: unknown, not guessed
+    assert first_step_requests([_output(2, scheduled_ts=0.0)]) is None
