@@ -8,10 +8,11 @@ cold run, while A's repeat accepts more; every output is token-identical to plai
 
 The draft length is fixed here (adaptive off): the drafts are then a function of what each scope
 holds alone, and B and the unsalted request accept exactly what A's cold run did (measured:
-66 / 66 / 66, A's repeat 170). The adaptive controller's calibration and cost model are learned
-from every request's acceptance and the machine's step times, across scopes, so with it on the
-counts move by a token or so between runs (measured: 61 / 61 / 62, repeat 165): aggregate
-acceptance, no tokens of another tenant.
+66 / 66 / 66, A's repeat 170). The adaptive controller's calibration is kept per scope
+(tests/test_scopes.py checks B is sized exactly as A cold); its cost model learns the machine's
+step times from every pass, so with it on the counts move by a few tokens between runs
+(measured: A cold 60, B 58 / 60 / 64, unsalted 58 / 60 / 65, repeat 163-166): pass times, no
+tokens of another tenant.
 """
 
 from __future__ import annotations

@@ -22,7 +22,10 @@ Acceptance probabilities
 ------------------------
 The index's estimates are calibrated online: a table of probability bins counts how often nodes
 whose estimate fell in the bin were accepted (given their parent was), starting from
-``calibration_prior`` pseudo-observations at the bin's centre. Each request also carries a
+``calibration_prior`` pseudo-observations at the bin's centre. Each tenant scope has its own
+table (the unscoped pool one, at most ``max_scopes`` scoped ones, the least recently used
+dropped): how often another tenant's drafts were accepted never sizes a request's drafts. The
+cost model (the machine's step times) is shared. Each request also carries a
 factor, (accepted + prior) / (expected + prior) over its recent drafts (old evidence decays by
 ``request_decay`` per observation): a request whose drafts keep failing has a small factor and
 stops drafting. While it does not draft its evidence decays by ``idle_decay`` per step, so the
@@ -300,10 +303,21 @@ def match_bucket(m: int) -> int:
     return b
 
 
-class _RequestEvidence:
-    __slots__ = ("accepted", "expected", "sent_probs", "sent_match", "m_acc", "m_exp")
+class _Calibration:
+    """Observed acceptance per raw-probability bin, and calibrated(p) per bin."""
+    __slots__ = ("acc", "n", "cal")
 
     def __init__(self):
+        self.acc = [0.0] * _NUM_BINS
+        self.n = [0.0] * _NUM_BINS
+        self.cal = [(b + 0.5) / _NUM_BINS for b in range(_NUM_BINS)]
+
+
+class _RequestEvidence:
+    __slots__ = ("accepted", "expected", "sent_probs", "sent_match", "m_acc", "m_exp", "cal")
+
+    def __init__(self):
+        self.cal: _Calibration | None = None         # its scope's calibration (bound when sent)
         self.accepted = 0.0
         self.expected = 0.0
         self.sent_probs: list[float] | None = None  # raw probs of the chain last sent
@@ -315,7 +329,8 @@ class _RequestEvidence:
 class DraftLengthController:
     def __init__(self, cost_model: CostModel | None = None, calibration_prior: float = 8.0,
                  request_prior: float = 1.0, request_decay: float = 0.9, idle_decay: float = 0.9,
-                 min_gain: float = 0.1, max_waste: float = 4.0, match_prior: float = 2.0):
+                 min_gain: float = 0.1, max_waste: float = 4.0, match_prior: float = 2.0,
+                 max_scopes: int = 1024):
         self.cost_model = cost_model or CostModel()
         self.match_prior = match_prior
         self.min_gain = min_gain
@@ -324,9 +339,12 @@ class DraftLengthController:
         self.request_prior = request_prior
         self.request_decay = request_decay
         self.idle_decay = idle_decay
-        self._bin_acc = [0.0] * _NUM_BINS
-        self._bin_n = [0.0] * _NUM_BINS
-        self._cal = [(b + 0.5) / _NUM_BINS for b in range(_NUM_BINS)]  # calibrated(p) per bin
+        # calibration per tenant scope (a scope's acceptance says nothing to another's drafts):
+        # the unscoped pool's, and at most max_scopes scoped ones (least recently used dropped)
+        self.max_scopes = max(1, int(max_scopes))
+        self._default = _Calibration()
+        self._scoped: dict[str, _Calibration] = {}  # insertion order: least recently used first
+        self.scope_of = None  # key -> its scope (str) or None: set by the drafter that owns keys
         self._requests: dict[object, _RequestEvidence] = {}
         self.chosen_lengths: dict[int, int] = {}  # histogram of chosen draft lengths
 
@@ -335,15 +353,35 @@ class DraftLengthController:
     def _bin(p: float) -> int:
         return min(_NUM_BINS - 1, max(0, int(p * _NUM_BINS)))
 
-    def calibrated(self, p: float) -> float:
-        return self._cal[self._bin(p)]
+    def calibrated(self, p: float, scope: str | None = None) -> float:
+        """The calibrated acceptance of a node of raw probability ``p`` in ``scope``."""
+        cal = self._default if scope is None else self._scoped.get(scope)
+        return (cal.cal if cal is not None else _Calibration().cal)[self._bin(p)]
 
-    def _update_bin(self, b: int, accepted: bool) -> None:
-        self._bin_n[b] += 1.0
+    def _resolve(self, key) -> "_Calibration":
+        """The calibration of ``key``'s scope (made on first use; the oldest scope's dropped
+        past max_scopes, its live requests keeping theirs)."""
+        scope = self.scope_of(key) if self.scope_of is not None else None
+        if scope is None:
+            return self._default
+        cal = self._scoped.pop(scope, None)
+        if cal is None:
+            cal = _Calibration()
+            if len(self._scoped) >= self.max_scopes:
+                del self._scoped[next(iter(self._scoped))]
+        self._scoped[scope] = cal  # most recently used last
+        return cal
+
+    def _calibration(self, key) -> "_Calibration":
+        ev = self._requests.get(key)
+        return ev.cal if ev is not None and ev.cal is not None else self._resolve(key)
+
+    def _update_bin(self, c: "_Calibration", b: int, accepted: bool) -> None:
+        c.n[b] += 1.0
         if accepted:
-            self._bin_acc[b] += 1.0
+            c.acc[b] += 1.0
         prior = self.calibration_prior
-        self._cal[b] = (self._bin_acc[b] + prior * (b + 0.5) / _NUM_BINS) / (self._bin_n[b] + prior)
+        c.cal[b] = (c.acc[b] + prior * (b + 0.5) / _NUM_BINS) / (c.n[b] + prior)
 
     def request_factor(self, key) -> float:
         ev = self._requests.get(key)
@@ -364,14 +402,15 @@ class DraftLengthController:
         a = max(0, min(num_accepted, len(probs)))
         expected = 0.0
         d = self.request_decay
+        c = ev.cal if ev.cal is not None else self._resolve(key)
         for i, p in enumerate(probs[: a + 1]):
             b = self._bin(p)
-            self._update_bin(b, i < a)
-            expected += self._cal[b]
+            self._update_bin(c, b, i < a)
+            expected += c.cal[b]
             if self.match_prior > 0:
                 m = match_bucket(ev.sent_match + i)
                 ev.m_acc[m] = d * ev.m_acc[m] + (i < a)
-                ev.m_exp[m] = d * ev.m_exp[m] + self._cal[b]
+                ev.m_exp[m] = d * ev.m_exp[m] + c.cal[b]
         ev.accepted = d * ev.accepted + a
         ev.expected = d * ev.expected + expected
 
@@ -385,7 +424,7 @@ class DraftLengthController:
             if ev is not None:
                 mp = self.match_prior
                 fm = [(ev.m_acc[m] + mp * f) / (ev.m_exp[m] + mp) for m in range(_NUM_MATCH)]
-        cal = self._cal
+        cal = self._calibration(key).cal
         out: list[float] = []
         depth: list[int] = []
         run = 1.0
@@ -460,5 +499,7 @@ class DraftLengthController:
         ev = self._requests.get(key)
         if ev is None:
             ev = self._requests[key] = _RequestEvidence()
+        if ev.cal is None:
+            ev.cal = self._resolve(key)
         ev.sent_probs = list(probs) if probs else None
         ev.sent_match = int(match_len)

@@ -92,7 +92,7 @@ class NativeController:
         params, points = cost_spec(cfg.cost_model)
         core.set_controller(points, 4.0, cfg.calibration_prior, cfg.request_prior,
                             cfg.request_decay, cfg.idle_decay, cfg.min_gain, params,
-                            cfg.max_waste, cfg.match_prior)
+                            cfg.max_waste, cfg.match_prior, cfg.max_scopes)
         self._core = core
         self.cost_model = _NativeCostModel(core)
 
@@ -114,8 +114,8 @@ class NativeController:
     def path_gains(self, key, parents, probs, match_len: int = 0) -> list[float]:
         return self._core.ctl_path_gains(key, list(parents), list(probs), int(match_len))
 
-    def calibrated(self, p: float) -> float:
-        return self._core.ctl_calibrated(p)
+    def calibrated(self, p: float, scope: str | None = None) -> float:
+        return self._core.ctl_calibrated(p, scope)
 
     def request_factor(self, key) -> float:
         return self._core.ctl_request_factor(key)
@@ -182,7 +182,9 @@ class SpecDrafter:
         else:
             self.controller = DraftLengthController(
                 CostModel(cfg.cost_model), cfg.calibration_prior, cfg.request_prior,
-                cfg.request_decay, cfg.idle_decay, cfg.min_gain, cfg.max_waste, cfg.match_prior)
+                cfg.request_decay, cfg.idle_decay, cfg.min_gain, cfg.max_waste, cfg.match_prior,
+                cfg.max_scopes)
+            self.controller.scope_of = self.core.scope_of  # keys are the core's handles
         self._tree = cfg.strategy == "tree"
         self._handles: dict[object, int] = {}
         # The engine step from the engine's own arrays (native core only): it shares the

@@ -18,29 +18,33 @@ ANSWER = [_RNG.randrange(1000) for _ in range(80)]
 PROMPT = [5, 6, 7, 8]
 
 
-def _step(d, req_ids, histories, caps=8):
+def _step(d, req_ids, histories, caps=8, num_accepted=None):
     """One engine step over these rows (histories: each row's whole token history)."""
     L = max(len(h) for h in histories) + 16
     buf = np.zeros((len(histories), L), dtype=np.int32)
     for i, h in enumerate(histories):
         buf[i, :len(h)] = h
     return d.step(req_ids, buf, [len(h) for h in histories], [len(PROMPT)] * len(histories),
-                  caps).rows()
+                  caps, num_accepted=num_accepted).rows()
 
 
-def _accepted_by_step(d, req_id, scope):
-    """Runs a request answering ANSWER greedily through the step path; accepted draft tokens."""
+def _accepted_by_step(d, req_id, scope, lengths=None):
+    """Runs a request answering ANSWER greedily through the step path; accepted draft tokens
+    (the length of each draft is appended to ``lengths``)."""
     if scope is not None:
         d.set_scope(req_id, scope)
     hist = list(PROMPT) + ANSWER[:1]
-    accepted = 0
+    accepted, last = 0, -1
     while len(hist) - len(PROMPT) < len(ANSWER):
-        draft = _step(d, [req_id], [hist])[0]
+        draft = _step(d, [req_id], [hist], num_accepted=[last])[0]
+        if lengths is not None:
+            lengths.append(len(draft))
         pos = len(hist) - len(PROMPT)
         acc = 0
         while acc < len(draft) and pos + acc < len(ANSWER) and draft[acc] == ANSWER[pos + acc]:
             acc += 1
         accepted += acc
+        last = acc if draft else -1  # what the engine reports for the draft it verified (-1: none)
         hist += ANSWER[pos:pos + acc + 1]
     d.step([], np.zeros((0, 1), dtype=np.int32), [], [], 0, finished=[req_id])
     return accepted
@@ -58,6 +62,43 @@ def test_step_path_drafts_only_from_the_request_scope(native):
     m = d.metrics()
     assert m["cache_scopes"] == 2
     assert len(m["scope_cache_tokens_top"]) == 2
+
+
+def _sizes_after_a_warm_tenant(d):
+    """Draft lengths of tenant A cold, then of tenant B and of an unsalted request after A's
+    repeat has taught the controller that A's drafts are accepted."""
+    cold, other, unsalted = [], [], []
+    _accepted_by_step(d, "a1", "tenant-a", cold)
+    for i in range(3):
+        _accepted_by_step(d, f"a{i + 2}", "tenant-a")
+    _accepted_by_step(d, "b1", "tenant-b", other)
+    _accepted_by_step(d, "u1", None, unsalted)
+    return cold, other, unsalted
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_controller_sizes_each_scope_from_its_own_acceptance(native):
+    """With the adaptive controller on, another tenant's request (and an unsalted one) is sized
+    exactly as a cold request of the first tenant: its calibration is its scope's."""
+    d = make_drafter({"native": native, "live_outputs": False})
+    cold, other, unsalted = _sizes_after_a_warm_tenant(d)
+    assert other == cold and unsalted == cold
+    c = d.controller
+    def table(scope):
+        return [c.calibrated((b + 0.5) / 20, scope) for b in range(20)]
+    assert table("tenant-a") != table("never-seen")  # A's acceptance is A's alone
+    if not native:  # the planted leak: one calibration for all scopes sizes B from A's evidence
+        leaky = make_drafter({"native": False, "live_outputs": False})
+        leaky.controller.scope_of = None
+        cold, other, _ = _sizes_after_a_warm_tenant(leaky)
+        assert other != cold, "the test cannot see a shared calibration"
+
+
+def test_the_controller_keeps_at_most_max_scopes_calibrations():
+    d = make_drafter({"native": False, "live_outputs": False, "max_scopes": 4})
+    for i in range(10):
+        _accepted_by_step(d, f"r{i}", f"salt-{i}")
+    assert len(d.controller._scoped) == 4
 
 
 @pytest.mark.parametrize("native", [True, False])

@@ -217,9 +217,11 @@ class Engine:
                 q.pop("seen", None)
 
 
-def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool, cost_model: str = "cpu-fp32"):
+def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool, cost_model: str = "cpu-fp32",
+              max_scopes: int = 1024):
     opts = {"strategy": strategy, "global_cache_tokens": cache, "max_depth": 6,
-            "adaptive": adaptive, "cost_model": cost_model, "min_gain": 0.05}
+            "adaptive": adaptive, "cost_model": cost_model, "min_gain": 0.05,
+            "max_scopes": max_scopes}
     nat = make_drafter({**opts, "native": True}, chain_only=True, vocab_size=vocab)
     py = make_drafter({**opts, "native": False}, chain_only=True, vocab_size=vocab)
     assert nat.native and not py.native
@@ -230,14 +232,25 @@ def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool, cost_model:
 @given(seed=st.integers(0, 2**32 - 1), strategy=st.sampled_from(["suffix", "tree"]),
        cache=st.sampled_from([0, 60, 400, 100_000]), layout=st.sampled_from(["buffer", "flat"]),
        adaptive=st.booleans(), budget=st.integers(1, 10),
-       cost_model=st.sampled_from(["cpu-fp32", "small", "medium", "large"]))
-def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive, budget, cost_model):
+       cost_model=st.sampled_from(["cpu-fp32", "small", "medium", "large"]),
+       scoped=st.booleans())
+def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive, budget, cost_model,
+                                        scoped):
+    """... with requests of several tenant scopes (scoped: 2 scope slots for 3 salts, so scopes'
+    pools and calibrations are evicted and made anew)."""
     rng = random.Random(seed)
     vocab = rng.choice([4, 9, 30])
-    nat, py = _drafters(strategy, cache, vocab, adaptive, cost_model)
+    nat, py = _drafters(strategy, cache, vocab, adaptive, cost_model, 2 if scoped else 1024)
     engine = Engine(rng, vocab)
+    placed: set = set()
     for step in range(25):
         ids, tokens, n, prompts, caps, kw = engine.step_input(layout, budget)
+        for rid in ids:
+            if scoped and rid not in placed:
+                placed.add(rid)
+                scope = rng.choice([None, "s0", "s1", "s2"])
+                nat.set_scope(rid, scope)
+                py.set_scope(rid, scope)
         got = nat.step(ids, tokens, n, prompts, caps, **kw)
         want = py.step(ids, tokens, n, prompts, caps, **kw)
         assert got.lengths.tolist() == want.lengths.tolist(), step

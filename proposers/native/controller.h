@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iterator>
+#include <memory>
+#include <string>
 #include <limits>
 #include <map>
 #include <unordered_map>
@@ -137,14 +140,20 @@ struct ControllerParams {
   double min_gain = 0.1;
   double max_waste = 4.0;
   double match_prior = 2.0;
+  int64_t max_scopes = 1024;
 };
 
 class DraftLengthController {
  public:
+  // A key's tenant scope: true and the scope's name, or false for the unscoped pool.
+  using ScopeOf = std::function<bool(int64_t, std::string&)>;
+
   DraftLengthController(CostModel cost_model, ControllerParams params)
-      : cost_model_(std::move(cost_model)), params_(params) {
-    for (int b = 0; b < kNumBins; ++b) calibrated_[b] = (b + 0.5) / kNumBins;
-  }
+      : cost_model_(std::move(cost_model)), params_(params),
+        default_(std::make_shared<Calibration>()) {}
+
+  // Set by the core that owns the keys (none: every key is unscoped).
+  void set_scope_of(ScopeOf scope_of) { scope_of_ = std::move(scope_of); }
 
   CostModel& cost_model() { return cost_model_; }
   const std::map<int64_t, int64_t>& chosen_lengths() const { return chosen_lengths_; }
@@ -156,7 +165,12 @@ class DraftLengthController {
     return (int)x;
   }
 
-  double calibrated(double p) const { return calibrated_[bin(p)]; }
+  // The calibrated acceptance of a node of raw probability p in a scope (nullptr: unscoped).
+  double calibrated(double p, const std::string* scope = nullptr) const {
+    if (scope == nullptr) return default_->cal[bin(p)];
+    auto it = scoped_.find(*scope);
+    return it == scoped_.end() ? Calibration().cal[bin(p)] : it->second.cal->cal[bin(p)];
+  }
 
   double request_factor(int64_t key) const {
     auto it = requests_.find(key);
@@ -176,14 +190,16 @@ class DraftLengthController {
     const int64_t a = std::max<int64_t>(0, std::min<int64_t>(num_accepted, n));
     double expected = 0.0;
     const double d = params_.request_decay;
+    if (!ev.cal) ev.cal = resolve(key);
+    Calibration& c = *ev.cal;
     for (int64_t i = 0; i < std::min<int64_t>(a + 1, n); ++i) {
       const int b = bin(ev.sent_probs[(size_t)i]);
-      update_bin(b, i < a);
-      expected += calibrated_[b];
+      update_bin(c, b, i < a);
+      expected += c.cal[b];
       if (params_.match_prior > 0) {
         const int m = match_bucket(ev.sent_match + i);
         ev.m_acc[m] = d * ev.m_acc[m] + (i < a ? 1.0 : 0.0);
-        ev.m_exp[m] = d * ev.m_exp[m] + calibrated_[b];
+        ev.m_exp[m] = d * ev.m_exp[m] + c.cal[b];
       }
     }
     ev.accepted = d * ev.accepted + (double)a;
@@ -197,8 +213,11 @@ class DraftLengthController {
     const double f = request_factor(key);
     double fm[kNumMatch];
     bool by_match = false;
+    auto found = requests_.find(key);
+    const double* cal =
+        (found != requests_.end() && found->second.cal ? found->second.cal : resolve(key))->cal;
     if (params_.match_prior > 0) {
-      auto it = requests_.find(key);
+      auto it = found;
       if (it != requests_.end()) {
         const double mp = params_.match_prior;
         for (int m = 0; m < kNumMatch; ++m)
@@ -214,7 +233,7 @@ class DraftLengthController {
       const int32_t par = parents[i];
       const int64_t dep = par >= 0 ? depth_[(size_t)par] + 1 : 0;
       depth_.push_back(dep);
-      double q = calibrated_[b < kNumBins ? b : kNumBins - 1] * (by_match ? fm[match_bucket(match_len + dep)] : f);
+      double q = cal[b < kNumBins ? b : kNumBins - 1] * (by_match ? fm[match_bucket(match_len + dep)] : f);
       if (q > kMaxProb) q = kMaxProb;
       const double g = par >= 0 ? q * out[(size_t)par] : q;
       if (g < run) run = g;
@@ -281,13 +300,47 @@ class DraftLengthController {
   // Record the raw probabilities of the chain actually sent (for observe).
   void sent(int64_t key, const double* probs, size_t n, int64_t match_len = 0) {
     Evidence& ev = requests_[key];
+    if (!ev.cal) ev.cal = resolve(key);
     ev.sent_probs.assign(probs, probs + n);
     ev.has_sent = n > 0;
     ev.sent_match = match_len;
   }
 
  private:
+  // Observed acceptance per raw-probability bin, and calibrated(p) per bin.
+  struct Calibration {
+    double acc[kNumBins] = {};
+    double n[kNumBins] = {};
+    double cal[kNumBins];
+    Calibration() {
+      for (int b = 0; b < kNumBins; ++b) cal[b] = (b + 0.5) / kNumBins;
+    }
+  };
+  struct Scoped {
+    std::shared_ptr<Calibration> cal;
+    uint64_t used = 0;  // LRU stamp
+  };
+
+  // The calibration of key's scope, made on first use; past max_scopes the least recently used
+  // scope's is dropped (its live requests keep theirs).
+  std::shared_ptr<Calibration> resolve(int64_t key) {
+    if (!scope_of_ || !scope_of_(key, scope_name_)) return default_;
+    auto it = scoped_.find(scope_name_);
+    if (it == scoped_.end()) {
+      if ((int64_t)scoped_.size() >= std::max<int64_t>(1, params_.max_scopes)) {
+        auto oldest = scoped_.begin();
+        for (auto j = scoped_.begin(); j != scoped_.end(); ++j)
+          if (j->second.used < oldest->second.used) oldest = j;
+        scoped_.erase(oldest);
+      }
+      it = scoped_.emplace(scope_name_, Scoped{std::make_shared<Calibration>(), 0}).first;
+    }
+    it->second.used = ++clock_;
+    return it->second.cal;
+  }
+
   struct Evidence {
+    std::shared_ptr<Calibration> cal;  // its scope's calibration (bound when sent)
     double accepted = 0.0;
     double expected = 0.0;
     std::vector<double> sent_probs;
@@ -297,18 +350,20 @@ class DraftLengthController {
     double m_exp[kNumMatch] = {};  // their calibrated expectation
   };
 
-  void update_bin(int b, bool accepted) {
-    bin_n_[b] += 1.0;
-    if (accepted) bin_acc_[b] += 1.0;
+  void update_bin(Calibration& c, int b, bool accepted) {
+    c.n[b] += 1.0;
+    if (accepted) c.acc[b] += 1.0;
     const double prior = params_.calibration_prior;
-    calibrated_[b] = (bin_acc_[b] + prior * (b + 0.5) / kNumBins) / (bin_n_[b] + prior);
+    c.cal[b] = (c.acc[b] + prior * (b + 0.5) / kNumBins) / (c.n[b] + prior);
   }
 
   CostModel cost_model_;
   ControllerParams params_;
-  double bin_acc_[kNumBins] = {};
-  double bin_n_[kNumBins] = {};
-  double calibrated_[kNumBins];
+  std::shared_ptr<Calibration> default_;                 // the unscoped pool's
+  std::unordered_map<std::string, Scoped> scoped_;       // at most max_scopes
+  uint64_t clock_ = 0;
+  ScopeOf scope_of_;
+  std::string scope_name_;  // scratch for scope_of_
   std::unordered_map<int64_t, Evidence> requests_;
   std::map<int64_t, int64_t> chosen_lengths_;
   std::vector<std::pair<double, int64_t>> gains_;

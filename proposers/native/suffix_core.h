@@ -134,6 +134,11 @@ class SuffixCore {
     if (it == handle_scope_.end()) return std::nullopt;
     return it->second;
   }
+  // The scope of request h without a copy: nullptr for the unscoped pool.
+  const std::string* scope_ptr(int64_t h) const {
+    auto it = handle_scope_.find(h);
+    return it == handle_scope_.end() ? nullptr : &it->second;
+  }
   void drop_scope(int64_t h) { handle_scope_.erase(h); }
   void check_requests() const {
     for (const auto& kv : requests_) kv.second->index.check();

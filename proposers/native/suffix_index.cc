@@ -702,7 +702,7 @@ PYBIND11_MODULE(_suffix_native, m) {
       .def("set_controller",
            [](PyCore& s, py::handle curve, double cost_prior, double calibration_prior, double request_prior,
               double request_decay, double idle_decay, double min_gain, py::handle cost_params,
-              double max_waste, double match_prior) {
+              double max_waste, double match_prior, int64_t max_scopes) {
              std::vector<std::pair<double, double>> pts;
              for (py::handle p : curve) {
                py::sequence q = py::reinterpret_borrow<py::sequence>(p);
@@ -718,15 +718,23 @@ PYBIND11_MODULE(_suffix_native, m) {
              }
              if (!pts.empty() && pts.size() < 2) throw ValueErr{"cost curve needs at least 2 points"};
              ControllerParams prm{calibration_prior, request_prior, request_decay, idle_decay, min_gain,
-                                  max_waste, match_prior};
+                                  max_waste, match_prior, max_scopes};
              return locked(s, [&] {
                s.ctl = std::make_unique<DraftLengthController>(CostModel(cp, pts, cost_prior), prm);
+               // keys are the core's handles: each sized with its own scope's calibration
+               SuffixCore* core = &s.core;
+               s.ctl->set_scope_of([core](int64_t h, std::string& out) {
+                 const std::string* sc = core->scope_ptr(h);
+                 if (sc == nullptr) return false;
+                 out = *sc;
+                 return true;
+               });
              });
            },
            py::arg("curve"), py::arg("cost_prior") = 4.0, py::arg("calibration_prior") = 8.0,
            py::arg("request_prior") = 1.0, py::arg("request_decay") = 0.9, py::arg("idle_decay") = 0.9,
            py::arg("min_gain") = 0.1, py::arg("cost_params") = py::none(), py::arg("max_waste") = 4.0,
-           py::arg("match_prior") = 2.0,
+           py::arg("match_prior") = 2.0, py::arg("max_scopes") = 1024,
            "Attach the native draft-length controller (twin of DraftLengthController): a cost curve "
            "[(tokens, cost), ...] and/or the seven GPU cost parameters.")
       .def("ctl_observe",
@@ -806,9 +814,11 @@ PYBIND11_MODULE(_suffix_native, m) {
            },
            py::arg("key"), py::arg("parents"), py::arg("probs"), py::arg("match_len") = 0)
       .def("ctl_calibrated",
-           [](PyCore& s, double p) {
-             return locked(s, [&] { return controller_of(s).calibrated(p); });
-           })
+           [](PyCore& s, double p, py::handle scope) {
+             std::optional<std::string> k = scope_key(scope);
+             return locked(s, [&] { return controller_of(s).calibrated(p, k ? &*k : nullptr); });
+           },
+           py::arg("p"), py::arg("scope") = py::none())
       .def("ctl_request_factor",
            [](PyCore& s, int64_t h) {
              return locked(s, [&] { return controller_of(s).request_factor(h); });
