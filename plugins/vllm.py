@@ -129,9 +129,6 @@ class SpecdraftProposer:
         self.drafter = self.build_drafter(drafter_options, vllm_config)
         self.steps = VllmStep(self.adapter, self.drafter, self.num_speculative_tokens,
                               self.max_model_len, self.vocab_size)
-        # the runner hooks call these every step: straight to the step's methods
-        self.specdraft_step_begin = self.steps.step_begin
-        self.specdraft_bind = self.steps.bind
         self._stateless_logged = False
         self._error_logged = False
         # drafts/draft_tokens/accepted_tokens: as vLLM verified them (specdraft_verified);
