@@ -90,7 +90,8 @@ def start_engines(model: str, methods: list[str], k: int, progress, plan: live.E
 
 def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, progress,
                     sequential: bool = False, ignore_eos: bool = False,
-                    methods: list[str] | None = None, warmup_rounds: int = 0) -> dict:
+                    methods: list[str] | None = None, warmup_rounds: int = 0,
+                    advance=None) -> dict:
     """{method: [RunResult per round]}, methods interleaved with the order rotated each round.
 
     Every run starts from an engine with no cross-request state (prefix cache, global caches):
@@ -100,7 +101,7 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
     ``RunResult.counters['per_request']``. ``warmup_rounds`` whole rounds run first, untimed
     and not reported: kernels the CPU build makes per batch shape on first use (oneDNN's
     primitives in bfloat16) are then made before the timed rounds, as on a server that has run
-    a while.
+    a while. ``advance()``, if given, is called after every run (warm-up runs included).
     """
     methods = list(methods or engines.engines)
     runs: dict[str, list] = {m: [] for m in methods}
@@ -133,6 +134,8 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
                 res.counters["proposer_seconds"] = after[0] - before[0]
                 res.counters["proposer_steps"] = after[1] - before[1]
                 res.counters["pass_costs"], res.counters["pass_log"] = costs or (None, None)
+            if advance is not None:
+                advance()
             res.counters["cpu_pressure"] = live.cpu_pressure()
             res.counters["reset"] = reset
             # the engine's first step: the requests that had reached it (a race, read from the run)
@@ -662,10 +665,13 @@ def main(argv=None) -> int:
         engines = start_engines(path, args.methods, args.num_speculative_tokens, say, plan,
                                 max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                                 dtype=args.dtype)
+        from specdraft.progress import Progress
         try:
-            runs = run_interleaved(engines, prompts, maxes, args.rounds, say,
-                                   sequential=args.sequential, methods=args.methods,
-                                   warmup_rounds=args.warmup_rounds)
+            runs_total = (args.warmup_rounds + args.rounds) * len(args.methods)
+            with Progress(runs_total, "[bench] runs", "run", getattr(say, "stream", None)) as bar:
+                runs = run_interleaved(engines, prompts, maxes, args.rounds, bar.say,
+                                       sequential=args.sequential, methods=args.methods,
+                                       warmup_rounds=args.warmup_rounds, advance=bar.advance)
             say("[bench] no speculation past the limits (untimed), for the replay ...")
             lookahead = lookahead_outputs(engines, prompts, maxes, args.num_speculative_tokens)
         except live.MemoryPlanError as e:

@@ -181,7 +181,10 @@ def engine_log(path: str | os.PathLike | None):
     in the engine processes it spawns) to ``path``; yields a ``say(msg)`` that still reaches the
     terminal. ``path=None`` leaves the output where it is."""
     if path is None:
-        yield lambda msg: print(msg, flush=True)
+        def say(msg):
+            print(msg, flush=True)
+        say.stream = sys.stdout  # where progress bars may draw (Progress)
+        yield say
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
@@ -191,8 +194,12 @@ def engine_log(path: str | os.PathLike | None):
     with open(path, "ab") as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
+    def say(msg):
+        terminal.write(msg + "\n")
+        terminal.flush()
+    say.stream = terminal  # the terminal, for progress bars (Progress)
     try:
-        yield lambda msg: (terminal.write(msg + "\n"), terminal.flush())
+        yield say
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -78,7 +78,8 @@ def record(records: list[dict], llm, model_name: str, out_path: str, *, lookahea
             if not batch:
                 continue
             progress(f"[record] turn {turn}: {len(batch)} requests ...")
-            outs = llm.generate(prompts, params, use_tqdm=False)
+            # vLLM's own bar (requests done, rate, ETA) on a terminal; the lines always
+            outs = llm.generate(prompts, params, use_tqdm=sys.stderr.isatty())
             for r, p, o in zip(batch, prompts, outs):
                 out = o.outputs[0]
                 if r.get("session") is not None:

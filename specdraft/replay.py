@@ -637,7 +637,7 @@ def baseline_cost(records: list[dict], batch: int, cost) -> float:
 
 def _replay_method(factory, records: list[dict], max_k: int, workloads, cost_model, batches,
                    progress, specdraft_options: dict | None = None,
-                   baselines: dict | None = None) -> tuple[dict, float]:
+                   baselines: dict | None = None, advance=None) -> tuple[dict, float]:
     """Per workload: counts at batch 1, and each batch's est. speedup and draft length; each
     (workload, batch) run starts from a fresh method (its caches see only that workload).
     ``baselines`` keeps each (workload, batch)'s no-draft cost for the next method."""
@@ -669,6 +669,8 @@ def _replay_method(factory, records: list[dict], max_k: int, workloads, cost_mod
         per_w[w] = agg
         if progress:
             progress(f"[replay]   {w}: done")
+        if advance is not None:
+            advance()
     return per_w, seconds
 
 
@@ -686,14 +688,15 @@ def default_cost_model(records: list[dict]) -> str:
 
 
 def replay(records: list[dict], methods: list[str], max_k: int = 16, cost_model=None,
-           batches=(1, 16, 64), progress=None, specdraft_options: dict | None = None) -> dict:
+           batches=(1, 16, 64), progress=None, specdraft_options: dict | None = None,
+           advance=None) -> dict:
     """Replay every method over the records, per workload, at each batch size.
 
     The counts (passes, drafted, accepted) are those of batch ``batches[0]``; each batch size
     adds its est. speedup under ``cost_model`` (default: the preset for the trace's model size)
     and its draft tokens per decode step. Adaptive specdraft methods size drafts with that cost
     model, seeing the whole batch. ``specdraft_options`` override the options of every specdraft
-    method (ablations).
+    method (ablations). ``advance()``, if given, is called as each method finishes a workload.
     """
     cost_model = cost_model or default_cost_model(records)
     batches = list(batches)
@@ -705,7 +708,7 @@ def replay(records: list[dict], methods: list[str], max_k: int = 16, cost_model=
         if mname not in METHODS:
             raise ValueError(f"unknown method {mname!r}; accepted: {', '.join(METHODS)}")
         per_w, secs = _replay_method(METHODS[mname], records, max_k, workloads, cost_model,
-                                     batches, progress, specdraft_options, baselines)
+                                     batches, progress, specdraft_options, baselines, advance)
         total_out = sum(a["output_tokens"] for a in per_w.values())
         speed[mname] = {"seconds": secs, "replayed_tokens_per_s": total_out / secs if secs else 0.0}
         for w, agg in per_w.items():
@@ -876,8 +879,11 @@ def main(argv=None) -> int:
     print(f"[replay] {len(records)} requests, {sum(len(r['output_token_ids']) for r in records):,} "
           f"output tokens, cost model {name}, batches {' '.join(map(str, args.batches))}, "
           f"methods: {' '.join(args.methods)}", flush=True)
-    out = replay(records, args.methods, args.max_draft, spec or name, args.batches,
-                 progress=lambda m: print(m, flush=True), specdraft_options=sd_opts)
+    from specdraft.progress import Progress
+    workloads = len({r["workload"] for r in records})
+    with Progress(len(args.methods) * workloads, "[replay]", "workload") as bar:
+        out = replay(records, args.methods, args.max_draft, spec or name, args.batches,
+                     progress=bar.say, specdraft_options=sd_opts, advance=bar.advance)
     out["settings"]["cost_model"] = name
     print(format_replay_table(out))
     if args.markdown:
