@@ -17,6 +17,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the [ray] extra is installed by scripts/setup.sh")
 
+from specdraft.adapters import ray_store  # noqa: E402
 from specdraft.proposers import shared_cache  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -195,7 +196,7 @@ def test_killing_the_store_keeps_serving_and_it_restarts_empty(cluster):
 
 def test_store_stays_within_its_budget(cluster):
     budget = 5_000
-    store = shared_cache.ray_store_class().options(num_cpus=0).remote(budget)
+    store = ray_store.store_actor_class().options(num_cpus=0).remote(budget)
     seqs = [list(range(i % 50, i % 50 + 100)) for i in range(500)]  # 10x the budget
     for k in range(0, len(seqs), 50):
         tokens = ray.get(store.publish.remote("x", seqs[k:k + 50]))

@@ -1,5 +1,8 @@
 """One suffix cache shared by every replica of a deployment, held by a named Ray actor.
 
+The store and the client are plain Python; the transport (the Ray actor and the calls on it) is
+``specdraft.adapters.ray_store``, which the client loads when it first connects.
+
 Each replica's drafter keeps its own global cache of finished requests. With the ``shared_cache``
 option, a replica also *publishes* each finished request's cached tokens to one cluster-wide
 store (a named Ray actor, restarted by Ray if its process dies) and *pulls* what the other
@@ -90,7 +93,7 @@ def validate_options(value: Any) -> dict | None:
 
 class SharedCacheStore:
     """The store's state: sequences in publication order, bounded by a token budget (oldest
-    evicted first). Plain Python; ``ray_store_class`` makes the Ray actor of it."""
+    evicted first). Plain Python; ``specdraft.adapters.ray_store`` makes the Ray actor of it."""
 
     def __init__(self, budget_tokens: int):
         self.budget_tokens = int(budget_tokens)
@@ -143,34 +146,25 @@ class SharedCacheStore:
                 "published": self.published, "evicted": self.evicted, "pid": os.getpid()}
 
 
-def ray_store_class():
-    import ray
+def _connect(opts: dict, actor: Any = None):
+    """The default transport: the store as a named Ray actor (specdraft.adapters.ray_store)."""
+    import importlib
 
-    return ray.remote(SharedCacheStore)
-
-
-def get_store(opts: dict, create: bool = True):
-    """The named store actor (created on first use; Ray restarts it if its process dies)."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(address=opts["address"], namespace=opts["namespace"], log_to_driver=False,
-                 ignore_reinit_error=True)
-    if not create:
-        return ray.get_actor(opts["name"], namespace=opts["namespace"])
-    return ray_store_class().options(
-        name=opts["name"], namespace=opts["namespace"], get_if_exists=True,
-        lifetime="detached" if opts["detached"] else None, max_restarts=-1,
-        max_task_retries=0, num_cpus=0).remote(opts["tokens"])
+    return importlib.import_module("specdraft.adapters.ray_store").connect(opts, actor)
 
 
 class SharedCacheClient:
     """A replica's link to the store: ``publish`` and ``drain`` never block on Ray."""
 
-    def __init__(self, opts: dict, origin: str | None = None, store: Any = None):
+    def __init__(self, opts: dict, origin: str | None = None, store: Any = None,
+                 connect=None):
+        """``store``: a store actor to use (default: the named one); ``connect(opts, store)``
+        makes the link with ``publish``/``pull`` (default: the Ray transport)."""
         self.opts = opts
         self.origin = origin or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._store = store
+        self._connect = connect or _connect
+        self._link: Any = None
         self._outbox: collections.deque = collections.deque()
         self._outbox_tokens = 0
         self._inbox: collections.deque = collections.deque()
@@ -245,16 +239,14 @@ class SharedCacheClient:
                                    "from the local cache, retrying every %.1fs",
                                    self.opts["name"], type(e).__name__, e,
                                    self.opts["pull_interval_s"])
-                if self._store is not None and self._generation is None:
-                    self._store = None  # never reached: look the actor up again
+                if self._generation is None:  # never reached: look the actor up again
+                    self._store = self._link = None
             self._wake.wait(self.opts["pull_interval_s"])
             self._wake.clear()
 
     def _exchange(self) -> None:
-        import ray
-
-        if self._store is None:
-            self._store = get_store(self.opts)
+        if self._link is None:
+            self._link = self._connect(self.opts, self._store)
         timeout = self.opts["timeout_s"]
         with self._lock:
             batch = list(self._outbox)
@@ -263,9 +255,9 @@ class SharedCacheClient:
 
             arrays = [np.asarray(s, dtype=np.int32) for _, s in batch]
             scopes = [k for k, _ in batch]
-            tokens = ray.get(self._store.publish.remote(
-                self.origin, arrays, scopes if any(k is not None for k in scopes) else None),
-                timeout=timeout)
+            tokens = self._link.publish(
+                self.origin, arrays, scopes if any(k is not None for k in scopes) else None,
+                timeout)
             with self._lock:
                 for _ in batch:
                     self._outbox_tokens -= len(self._outbox.popleft()[1])
@@ -273,9 +265,8 @@ class SharedCacheClient:
             self.figures["shared_cache_published_tokens"] += sum(len(s) for s in arrays)
             self.figures["shared_cache_store_tokens"] = tokens
         t0 = time.perf_counter()
-        generation, cursor, seqs = ray.get(
-            self._store.pull.remote(self._cursor, self.origin, self.opts["tokens"]),
-            timeout=timeout)
+        generation, cursor, seqs = self._link.pull(self._cursor, self.origin,
+                                                   self.opts["tokens"], timeout)
         self.figures["shared_cache_pull_seconds"] += time.perf_counter() - t0
         self.figures["shared_cache_pulls"] += 1
         if generation != self._generation:

@@ -1,0 +1,54 @@
+"""The shared suffix cache's Ray transport (``specdraft.proposers.shared_cache``): the store as a
+named Ray actor and the two calls a replica makes on it. Everything Ray-specific of the shared
+cache is here; the store and the client are plain Python."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specdraft.proposers.shared_cache import SharedCacheStore
+
+
+def store_actor_class():
+    """``SharedCacheStore`` as a Ray actor class."""
+    import ray
+
+    return ray.remote(SharedCacheStore)
+
+
+def get_store(opts: dict, create: bool = True):
+    """The named store actor (created on first use; Ray restarts it if its process dies)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=opts["address"], namespace=opts["namespace"], log_to_driver=False,
+                 ignore_reinit_error=True)
+    if not create:
+        return ray.get_actor(opts["name"], namespace=opts["namespace"])
+    return store_actor_class().options(
+        name=opts["name"], namespace=opts["namespace"], get_if_exists=True,
+        lifetime="detached" if opts["detached"] else None, max_restarts=-1,
+        max_task_retries=0, num_cpus=0).remote(opts["tokens"])
+
+
+class RayStoreLink:
+    """A replica's calls on the store actor, each bounded by ``timeout`` seconds."""
+
+    def __init__(self, opts: dict, actor: Any = None):
+        self.actor = actor if actor is not None else get_store(opts)
+
+    def publish(self, origin: str, arrays: list, scopes: list | None, timeout: float) -> int:
+        """Sends sequences (int32 arrays, their scopes or None); the store's token count."""
+        import ray
+
+        return ray.get(self.actor.publish.remote(origin, arrays, scopes), timeout=timeout)
+
+    def pull(self, cursor: int, origin: str, budget: int, timeout: float) -> tuple:
+        """(generation, cursor, [(scope, sequence)]) published by others after ``cursor``."""
+        import ray
+
+        return ray.get(self.actor.pull.remote(cursor, origin, budget), timeout=timeout)
+
+
+def connect(opts: dict, actor: Any = None) -> RayStoreLink:
+    return RayStoreLink(opts, actor)
