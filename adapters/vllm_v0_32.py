@@ -831,6 +831,16 @@ def reset_cross_request_state(llm: Any) -> dict:
     return {"prefix_cache_reset": prefix, "workers": workers}
 
 
+def speculative_config_of(llm: Any) -> Any:
+    """The ``SpeculativeConfig`` an offline ``vllm.LLM`` runs with."""
+    return llm.llm_engine.vllm_config.speculative_config
+
+
+def shutdown_engine(llm: Any) -> None:
+    """Stops an offline ``vllm.LLM``'s engine processes now (not when it is collected)."""
+    llm.llm_engine.engine_core.shutdown()
+
+
 def engine_schedule(llm: Any) -> dict:
     """The scheduler settings that decide when an offline ``vllm.LLM``'s requests prefill and
     decode (``specdraft.replay.EngineSchedule``'s fields)."""

@@ -42,7 +42,9 @@ class SpecdraftLLMServer(LLMServer):
         return os.getpid(), await self.specdraft_metrics()
 
     def _shutdown_engine_client(self) -> None:
-        client = getattr(getattr(self, "engine", None), "_engine_client", None)
+        from specdraft.adapters.ray_serve_v2_60 import engine_client
+
+        client = engine_client(self)
         if client is not None and hasattr(client, "shutdown"):
             try:
                 client.shutdown()

@@ -347,7 +347,7 @@ def engine_metrics(llm: Any, wait_for: Any = None, timeout: float = 5.0) -> dict
     engine by a fraction of a second).
     """
     adapter = vllm_adapter()
-    spec = llm.llm_engine.vllm_config.speculative_config
+    spec = adapter.speculative_config_of(llm)
     metrics_dir = getattr(spec, adapter.METRICS_DIR_ATTR, None)
     if wait_for is None:
         return read_snapshot(metrics_dir)

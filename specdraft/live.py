@@ -225,8 +225,10 @@ def make_llm(model: str, speculative_config: dict | None, *, max_model_len: int 
 
 def shutdown(llm) -> None:
     """Stops an engine's processes and frees its memory before the next one starts."""
+    from specdraft.adapters import vllm_adapter
+
     with contextlib.suppress(Exception):
-        llm.llm_engine.engine_core.shutdown()
+        vllm_adapter().shutdown_engine(llm)
     del llm
     gc.collect()
 
