@@ -8,11 +8,11 @@ cold run, while A's repeat accepts more; every output is token-identical to plai
 
 The draft length is fixed here (adaptive off): the drafts are then a function of what each scope
 holds alone, and B and the unsalted request accept exactly what A's cold run did (measured:
-66 / 66 / 66, A's repeat 170). The adaptive controller's calibration is kept per scope
-(tests/test_scopes.py checks B is sized exactly as A cold); its cost model learns the machine's
-step times from every pass, so with it on the counts move by a few tokens between runs
-(measured: A cold 60, B 58 / 60 / 64, unsalted 58 / 60 / 65, repeat 163-166): pass times, no
-tokens of another tenant.
+66 / 66 / 66, A's repeat 170). The adaptive controller keeps its calibration and the step timings
+of single-scope batches per scope (tests/test_scopes.py checks B is then sized exactly as A
+cold, given the same pass times); live, its lengths follow the machine's timing noise, so with
+it on the counts move by a few tokens between runs, A cold's too (measured: A cold 58 / 61 / 60,
+B 64 / 61 / 60, unsalted 60 / 60 / 60, repeat 166 / 163 / 160).
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ The index's estimates are calibrated online: a table of probability bins counts 
 whose estimate fell in the bin were accepted (given their parent was), starting from
 ``calibration_prior`` pseudo-observations at the bin's centre. Each tenant scope has its own
 table (the unscoped pool one, at most ``max_scopes`` scoped ones, the least recently used
-dropped): how often another tenant's drafts were accepted never sizes a request's drafts. The
-cost model (the machine's step times) is shared. Each request also carries a
+dropped): how often another tenant's drafts were accepted never sizes a request's drafts. Step
+timings likewise: every pass corrects the shared cost model, and a pass whose drafting requests
+were all of one scope also that scope's own correction, which prices that scope's batches
+(``observe_pass``); a batch mixing scopes is priced by the shared one. Each request also carries a
 factor, (accepted + prior) / (expected + prior) over its recent drafts (old evidence decays by
 ``request_decay`` per observation): a request whose drafts keep failing has a small factor and
 stops drafting. While it does not draft its evidence decays by ``idle_decay`` per step, so the
@@ -241,18 +243,20 @@ class CostModel:
     def _bucket(tokens: float) -> int:
         return int(math.log2(max(1.0, tokens)))
 
-    def _factor(self, tokens: float) -> float:
+    def _factor(self, tokens: float, timing: dict | None = None) -> float:
         """Observed / predicted cost of a pass scoring ``tokens``, relative to the lowest bucket
         observed: each observed bucket's factor sits at its centre (log2 T = b + 0.5) and the
         factor runs linearly in log2 T between observed centres (past the highest, the
         highest's; below the lowest, 1). So a pass size the engine has not run yet is priced
         like the sizes around it, not like the prior, and no token is free inside a bucket (a
-        factor constant per bucket made every size up to the bucket's top look free)."""
-        if not self._obs:
+        factor constant per bucket made every size up to the bucket's top look free).
+        ``timing``: the observations to use (default: every pass's, ``_obs``)."""
+        obs_t = self._obs if timing is None else timing
+        if not obs_t:
             return 1.0
         x = math.log2(max(1.0, tokens))
         lo = hi = None
-        for b in sorted(self._obs):
+        for b in sorted(obs_t):
             if b + 0.5 <= x:
                 lo = b
             else:
@@ -260,33 +264,35 @@ class CostModel:
                 break
         if lo is None:
             return 1.0
-        f_lo = self._observed_factor(self._obs[lo])
+        f_lo = self._observed_factor(obs_t[lo], obs_t)
         if hi is None:
             return f_lo
-        f_hi = self._observed_factor(self._obs[hi])
+        f_hi = self._observed_factor(obs_t[hi], obs_t)
         return f_lo + (f_hi - f_lo) * (x - (lo + 0.5)) / (hi - lo)
 
-    def _observed_factor(self, obs: list[float]) -> float:
-        ref = self._obs[min(self._obs)]
+    def _observed_factor(self, obs: list[float], timing: dict) -> float:
+        ref = timing[min(timing)]
         rel = (obs[0] / obs[1]) / (ref[0] / ref[1])
         w = obs[1] / (obs[1] + self._prior)
         return 1.0 + w * (rel - 1.0)
 
     def cost(self, tokens: float, requests: int = 1, context: float = 0.0,
-             longest: float | None = None) -> float:
-        return (self.base_cost(tokens, requests, context, longest) * self._factor(tokens)
+             longest: float | None = None, timing: dict | None = None) -> float:
+        return (self.base_cost(tokens, requests, context, longest) * self._factor(tokens, timing)
                 + self._floor * (tokens - 1))
 
     def observe(self, tokens: int, seconds: float, requests: int | None = None,
-                context: float | None = None, longest: float | None = None) -> None:
+                context: float | None = None, longest: float | None = None,
+                timing: dict | None = None) -> None:
         """A verification pass that scored ``tokens`` tokens took ``seconds``; its batch is the
-        one last sized (``self.batch``) unless given."""
+        one last sized (``self.batch``) unless given. ``timing``: the observations it goes into
+        (default: every pass's)."""
         if tokens <= 0 or seconds <= 0:
             return
         if requests is None:
             requests, context, longest = self.batch
         pred = self.base_cost(float(tokens), requests, float(context or 0.0), longest)
-        obs = self._obs.setdefault(self._bucket(tokens), [0.0, 0.0])
+        obs = (self._obs if timing is None else timing).setdefault(self._bucket(tokens), [0.0, 0.0])
         obs[0] = STEP_DECAY * obs[0] + seconds / pred
         obs[1] = STEP_DECAY * obs[1] + 1.0
 
@@ -304,13 +310,15 @@ def match_bucket(m: int) -> int:
 
 
 class _Calibration:
-    """Observed acceptance per raw-probability bin, and calibrated(p) per bin."""
-    __slots__ = ("acc", "n", "cal")
+    """A scope's controller state: observed acceptance per raw-probability bin, calibrated(p)
+    per bin, and the step timings of the passes its requests had to themselves."""
+    __slots__ = ("acc", "n", "cal", "timing")
 
     def __init__(self):
         self.acc = [0.0] * _NUM_BINS
         self.n = [0.0] * _NUM_BINS
         self.cal = [(b + 0.5) / _NUM_BINS for b in range(_NUM_BINS)]
+        self.timing: dict[int, list[float]] = {}  # CostModel observations (bucket -> [sum, n])
 
 
 class _RequestEvidence:
@@ -345,6 +353,7 @@ class DraftLengthController:
         self._default = _Calibration()
         self._scoped: dict[str, _Calibration] = {}  # insertion order: least recently used first
         self.scope_of = None  # key -> its scope (str) or None: set by the drafter that owns keys
+        self._batch_cal: _Calibration | None = None  # the one scope of the batch last sized
         self._requests: dict[object, _RequestEvidence] = {}
         self.chosen_lengths: dict[int, int] = {}  # histogram of chosen draft lengths
 
@@ -415,8 +424,20 @@ class DraftLengthController:
         ev.expected = d * ev.expected + expected
 
     # ------------------------------------------------------------ selection
+    def observe_pass(self, tokens: int, seconds: float) -> None:
+        """A verification pass of the batch last sized scored ``tokens`` in ``seconds``: every
+        pass corrects the shared cost model; a pass whose drafting requests were all of one
+        scope also corrects that scope's own (a batch of one scope is priced by it, so the
+        passes of other tenants never size its drafts)."""
+        self.cost_model.observe(tokens, seconds)
+        if self._batch_cal is not None:
+            self.cost_model.observe(tokens, seconds, timing=self._batch_cal.timing)
+
     def path_gains(self, key, parents, probs, match_len: int = 0) -> list[float]:
         """Calibrated path acceptance probability of each node, made non-increasing."""
+        return self._path_gains(key, self._calibration(key), parents, probs, match_len)
+
+    def _path_gains(self, key, calibration, parents, probs, match_len: int) -> list[float]:
         f = self.request_factor(key)
         fm = None
         if self.match_prior > 0:
@@ -424,7 +445,7 @@ class DraftLengthController:
             if ev is not None:
                 mp = self.match_prior
                 fm = [(ev.m_acc[m] + mp * f) / (ev.m_exp[m] + mp) for m in range(_NUM_MATCH)]
-        cal = self._calibration(key).cal
+        cal = calibration.cal
         out: list[float] = []
         depth: list[int] = []
         run = 1.0
@@ -457,12 +478,18 @@ class DraftLengthController:
             batch = (B, float(sum(ctx)), float(max(ctx, default=0)))
         R, S, longest = int(batch[0]), float(batch[1]), float(batch[2])
         gains = []  # (-gain, request): each request's gains are non-increasing already
+        single, mixed = None, False  # the requests' one scope (None: several, or none)
         for r, (key, (parents, probs)) in enumerate(zip(keys, drafts)):
             ml = int(match_lens[r]) if match_lens is not None else 0
+            calibration = self._calibration(key)
+            if r == 0:
+                single = calibration
+            elif calibration is not single:
+                mixed = True
             # chains only: a tree's alternatives are there to be rejected
             cap = self.max_waste if all(p == i - 1 for i, p in enumerate(parents)) else math.inf
             waste = 0.0
-            for g in self.path_gains(key, parents, probs, ml):
+            for g in self._path_gains(key, calibration, parents, probs, ml):
                 if g < self.min_gain:
                     break  # the rest are below the floor too
                 waste += 1.0 - g
@@ -473,11 +500,15 @@ class DraftLengthController:
             gains.sort()
         cm = self.cost_model
         cm.batch = (R, S, longest)
-        best_j, best_ratio = 0, R / cm.cost(R, R, S, longest) if R else 0.0
+        if mixed:
+            single = None
+        self._batch_cal = single
+        timing = single.timing if single is not None else None
+        best_j, best_ratio = 0, R / cm.cost(R, R, S, longest, timing) if R else 0.0
         num = float(R)
         for j, (ng, _) in enumerate(gains, start=1):
             num -= ng
-            ratio = num / cm.cost(R + j, R, S, longest)
+            ratio = num / cm.cost(R + j, R, S, longest, timing)
             if ratio > best_ratio:
                 best_j, best_ratio = j, ratio
         counts = [0] * B

@@ -99,6 +99,9 @@ class NativeController:
     def observe(self, key, num_accepted: int) -> None:
         self._core.ctl_observe(key, int(num_accepted))
 
+    def observe_pass(self, tokens: int, seconds: float) -> None:
+        self._core.ctl_observe_pass(int(tokens), float(seconds))
+
     def forget(self, key) -> None:
         self._core.ctl_forget(key)
 
@@ -616,7 +619,7 @@ class SpecDrafter:
         """Verification-cost feedback: one target pass scored this many tokens in this time."""
         if self.controller is not None:
             with self._lock:
-                self.controller.cost_model.observe(num_scored_tokens, seconds)
+                self.controller.observe_pass(num_scored_tokens, seconds)
 
     def count_error(self) -> None:
         with self._lock:

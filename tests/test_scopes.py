@@ -28,9 +28,10 @@ def _step(d, req_ids, histories, caps=8, num_accepted=None):
                   caps, num_accepted=num_accepted).rows()
 
 
-def _accepted_by_step(d, req_id, scope, lengths=None):
+def _accepted_by_step(d, req_id, scope, lengths=None, timed=False):
     """Runs a request answering ANSWER greedily through the step path; accepted draft tokens
-    (the length of each draft is appended to ``lengths``)."""
+    (the length of each draft is appended to ``lengths``; ``timed``: each pass's time is
+    reported, as the engine's step does: a pass of T tokens takes 10 ms x T^1.5, far from the prior)."""
     if scope is not None:
         d.set_scope(req_id, scope)
     hist = list(PROMPT) + ANSWER[:1]
@@ -39,6 +40,8 @@ def _accepted_by_step(d, req_id, scope, lengths=None):
         draft = _step(d, [req_id], [hist], num_accepted=[last])[0]
         if lengths is not None:
             lengths.append(len(draft))
+        if timed:
+            d.report_step(1 + len(draft), 0.010 * (1 + len(draft)) ** 1.5)
         pos = len(hist) - len(PROMPT)
         acc = 0
         while acc < len(draft) and pos + acc < len(ANSWER) and draft[acc] == ANSWER[pos + acc]:
@@ -68,18 +71,19 @@ def _sizes_after_a_warm_tenant(d):
     """Draft lengths of tenant A cold, then of tenant B and of an unsalted request after A's
     repeat has taught the controller that A's drafts are accepted."""
     cold, other, unsalted = [], [], []
-    _accepted_by_step(d, "a1", "tenant-a", cold)
+    _accepted_by_step(d, "a1", "tenant-a", cold, timed=True)
     for i in range(3):
-        _accepted_by_step(d, f"a{i + 2}", "tenant-a")
-    _accepted_by_step(d, "b1", "tenant-b", other)
-    _accepted_by_step(d, "u1", None, unsalted)
+        _accepted_by_step(d, f"a{i + 2}", "tenant-a", timed=True)
+    _accepted_by_step(d, "b1", "tenant-b", other, timed=True)
+    _accepted_by_step(d, "u1", None, unsalted, timed=True)
     return cold, other, unsalted
 
 
 @pytest.mark.parametrize("native", [True, False])
 def test_the_controller_sizes_each_scope_from_its_own_acceptance(native):
-    """With the adaptive controller on, another tenant's request (and an unsalted one) is sized
-    exactly as a cold request of the first tenant: its calibration is its scope's."""
+    """With the adaptive controller on and step times reported, another tenant's request (and an
+    unsalted one) is sized exactly as a cold request of the first tenant: its calibration, and
+    the timings of passes it had to itself, are its scope's."""
     d = make_drafter({"native": native, "live_outputs": False})
     cold, other, unsalted = _sizes_after_a_warm_tenant(d)
     assert other == cold and unsalted == cold
@@ -92,6 +96,20 @@ def test_the_controller_sizes_each_scope_from_its_own_acceptance(native):
         leaky.controller.scope_of = None
         cold, other, _ = _sizes_after_a_warm_tenant(leaky)
         assert other != cold, "the test cannot see a shared calibration"
+
+
+def test_a_batch_of_one_scope_is_priced_by_that_scope_s_pass_times(monkeypatch):
+    """The planted leak for step timings: pricing every batch by all passes' times (the
+    calibration still per scope) sizes B from A's passes, which the test above must see."""
+    from specdraft.proposers import controller
+
+    shared = controller.CostModel.cost
+    monkeypatch.setattr(controller.CostModel, "cost",
+                        lambda self, t, r=1, c=0.0, longest=None, timing=None:
+                        shared(self, t, r, c, longest, None))
+    cold, other, _ = _sizes_after_a_warm_tenant(make_drafter({"native": False,
+                                                              "live_outputs": False}))
+    assert other != cold, "the test cannot see shared step timings"
 
 
 def test_the_controller_keeps_at_most_max_scopes_calibrations():

@@ -52,6 +52,12 @@ struct BatchShape {
 // Cost of one verification pass of a batch, corrected online by step timings.
 class CostModel {
  public:
+  struct Observed {
+    double ratio_sum = 0.0;  // decayed sum of observed / predicted
+    double count = 0.0;      // decayed number of observations
+  };
+  using Timing = std::map<int, Observed>;  // bucket -> its observations (CostModel._obs)
+
   CostModel(CostParams params, std::vector<std::pair<double, double>> points, double prior)
       : p_(params), prior_(prior) {
     std::sort(points.begin(), points.end());
@@ -71,15 +77,17 @@ class CostModel {
     return c;
   }
 
-  double cost(double tokens, const BatchShape& b) const {
-    return base_cost(tokens, b) * factor(tokens) + floor_ * (tokens - 1);
+  // `timing`: the observations that correct it (nullptr: every pass's)
+  double cost(double tokens, const BatchShape& b, const Timing* timing = nullptr) const {
+    return base_cost(tokens, b) * factor(tokens, timing ? *timing : observed_) + floor_ * (tokens - 1);
   }
 
-  // A pass that scored `tokens` took `seconds`; its batch is the one last sized unless given.
-  void observe(int64_t tokens, double seconds, const BatchShape* b = nullptr) {
+  // A pass that scored `tokens` took `seconds`; its batch is the one last sized unless given;
+  // it goes into `timing` (nullptr: every pass's observations).
+  void observe(int64_t tokens, double seconds, const BatchShape* b = nullptr, Timing* timing = nullptr) {
     if (tokens <= 0 || seconds <= 0) return;
     const double pred = base_cost((double)tokens, b ? *b : batch);
-    Observed& o = observed_[bucket((double)tokens)];
+    Observed& o = (timing ? *timing : observed_)[bucket((double)tokens)];
     o.ratio_sum = kStepDecay * o.ratio_sum + seconds / pred;
     o.count = kStepDecay * o.count + 1.0;
   }
@@ -87,11 +95,6 @@ class CostModel {
   BatchShape batch;  // the batch last sized
 
  private:
-  struct Observed {
-    double ratio_sum = 0.0;  // decayed sum of observed / predicted
-    double count = 0.0;      // decayed number of observations
-  };
-
   double curve(double tokens) const {
     if (tokens <= tokens_[0]) return costs_[0];
     size_t i = (size_t)(std::lower_bound(tokens_.begin(), tokens_.end(), tokens) - tokens_.begin());
@@ -105,21 +108,21 @@ class CostModel {
   // observed / predicted cost of a pass scoring `tokens`, relative to the lowest bucket
   // observed: linear in log2 T between the observed buckets' centres (b + 0.5); past the
   // highest, the highest's; below the lowest, 1 (CostModel._factor)
-  double factor(double tokens) const {
-    if (observed_.empty()) return 1.0;
+  double factor(double tokens, const Timing& obs) const {
+    if (obs.empty()) return 1.0;
     const double x = std::log2(std::max(1.0, tokens));
-    auto hi = observed_.begin();
-    while (hi != observed_.end() && (double)hi->first + 0.5 <= x) ++hi;
-    if (hi == observed_.begin()) return 1.0;
+    auto hi = obs.begin();
+    while (hi != obs.end() && (double)hi->first + 0.5 <= x) ++hi;
+    if (hi == obs.begin()) return 1.0;
     auto lo = std::prev(hi);
-    const double f_lo = observed_factor(lo->second);
-    if (hi == observed_.end()) return f_lo;
-    const double f_hi = observed_factor(hi->second);
+    const double f_lo = observed_factor(lo->second, obs);
+    if (hi == obs.end()) return f_lo;
+    const double f_hi = observed_factor(hi->second, obs);
     return f_lo + (f_hi - f_lo) * (x - ((double)lo->first + 0.5)) / (double)(hi->first - lo->first);
   }
 
-  double observed_factor(const Observed& o) const {
-    const Observed& ref = observed_.begin()->second;
+  double observed_factor(const Observed& o, const Timing& obs) const {
+    const Observed& ref = obs.begin()->second;
     const double rel = (o.ratio_sum / o.count) / (ref.ratio_sum / ref.count);
     const double w = o.count / (o.count + prior_);
     return 1.0 + w * (rel - 1.0);
@@ -210,14 +213,28 @@ class DraftLengthController {
   // `match_len`: the draft's root match length (a node's matched context adds its depth).
   void path_gains(int64_t key, const int32_t* parents, const double* probs, size_t n,
                   int64_t match_len, std::vector<double>& out) {
+    path_gains(key, *calibration(key), parents, probs, n, match_len, out);
+  }
+
+  // A verification pass of the batch last sized scored `tokens` in `seconds`: every pass
+  // corrects the shared cost model; a pass whose drafting requests were all of one scope also
+  // corrects that scope's own (DraftLengthController.observe_pass).
+  void observe_pass(int64_t tokens, double seconds) {
+    cost_model_.observe(tokens, seconds, nullptr);
+    if (batch_cal_) cost_model_.observe(tokens, seconds, nullptr, &batch_cal_->timing);
+  }
+
+ private:
+  struct Calibration;
+
+  void path_gains(int64_t key, const Calibration& c, const int32_t* parents, const double* probs,
+                  size_t n, int64_t match_len, std::vector<double>& out) {
     const double f = request_factor(key);
     double fm[kNumMatch];
     bool by_match = false;
-    auto found = requests_.find(key);
-    const double* cal =
-        (found != requests_.end() && found->second.cal ? found->second.cal : resolve(key))->cal;
+    const double* cal = c.cal;
     if (params_.match_prior > 0) {
-      auto it = found;
+      auto it = requests_.find(key);
       if (it != requests_.end()) {
         const double mp = params_.match_prior;
         for (int m = 0; m < kNumMatch; ++m)
@@ -241,6 +258,7 @@ class DraftLengthController {
     }
   }
 
+ public:
   // Number of nodes to keep from each of `num` drafts: draft r has nodes
   // [offsets[r], offsets[r + 1]) of parents/probs (node order, parents local to the draft).
   // `batch` is the whole pass these drafts join (every row of the step, drafting or not);
@@ -249,9 +267,16 @@ class DraftLengthController {
               const int64_t* offsets, const BatchShape& batch, int64_t* counts,
               const int64_t* match_lens = nullptr) {
     gains_.clear();
+    std::shared_ptr<Calibration> single;  // the requests' one scope (none: several, or none)
+    bool mixed = false;
     for (size_t r = 0; r < num; ++r) {
       const int64_t a = offsets[r], b = offsets[r + 1];
-      path_gains(keys[r], parents + a, probs + a, (size_t)(b - a), match_lens ? match_lens[r] : 0,
+      std::shared_ptr<Calibration> c = calibration(keys[r]);
+      if (r == 0)
+        single = c;
+      else if (c != single)
+        mixed = true;
+      path_gains(keys[r], *c, parents + a, probs + a, (size_t)(b - a), match_lens ? match_lens[r] : 0,
                  scratch_);
       // chains only: a tree's alternatives are there to be rejected
       bool chain = true;
@@ -268,12 +293,15 @@ class DraftLengthController {
     std::sort(gains_.begin(), gains_.end());
     const int64_t R = batch.requests;
     cost_model_.batch = batch;
+    if (mixed) single.reset();
+    batch_cal_ = single;
+    const CostModel::Timing* timing = single ? &single->timing : nullptr;
     size_t best_j = 0;
-    double best_ratio = R ? (double)R / cost_model_.cost((double)R, batch) : 0.0;
+    double best_ratio = R ? (double)R / cost_model_.cost((double)R, batch, timing) : 0.0;
     double numer = (double)R;
     for (size_t j = 1; j <= gains_.size(); ++j) {
       numer -= gains_[j - 1].first;
-      const double ratio = numer / cost_model_.cost((double)(R + (int64_t)j), batch);
+      const double ratio = numer / cost_model_.cost((double)(R + (int64_t)j), batch, timing);
       if (ratio > best_ratio) {
         best_j = j;
         best_ratio = ratio;
@@ -307,8 +335,10 @@ class DraftLengthController {
   }
 
  private:
-  // Observed acceptance per raw-probability bin, and calibrated(p) per bin.
+  // A scope's controller state: observed acceptance per raw-probability bin, calibrated(p) per
+  // bin, and the step timings of the passes its requests had to themselves.
   struct Calibration {
+    CostModel::Timing timing;
     double acc[kNumBins] = {};
     double n[kNumBins] = {};
     double cal[kNumBins];
@@ -339,6 +369,11 @@ class DraftLengthController {
     return it->second.cal;
   }
 
+  std::shared_ptr<Calibration> calibration(int64_t key) {
+    auto it = requests_.find(key);
+    return it != requests_.end() && it->second.cal ? it->second.cal : resolve(key);
+  }
+
   struct Evidence {
     std::shared_ptr<Calibration> cal;  // its scope's calibration (bound when sent)
     double accepted = 0.0;
@@ -362,6 +397,7 @@ class DraftLengthController {
   std::shared_ptr<Calibration> default_;                 // the unscoped pool's
   std::unordered_map<std::string, Scoped> scoped_;       // at most max_scopes
   uint64_t clock_ = 0;
+  std::shared_ptr<Calibration> batch_cal_;  // the one scope of the batch last sized
   ScopeOf scope_of_;
   std::string scope_name_;  // scratch for scope_of_
   std::unordered_map<int64_t, Evidence> requests_;

@@ -303,7 +303,7 @@ class EngineStep {
       py::gil_scoped_release rel;
       std::lock_guard<std::mutex> lk(core.mu);
       DraftLengthController* ctl = core.ctl.get();
-      if (ctl && scored_tokens >= 0) ctl->cost_model().observe(scored_tokens, scored_seconds, nullptr);
+      if (ctl && scored_tokens >= 0) ctl->observe_pass(scored_tokens, scored_seconds);
       core.stepper.run(core.core, ctl, in, out_);
       // requests this step's tokens ended: into the global cache now
       for (int64_t h : ended_) {

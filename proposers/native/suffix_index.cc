@@ -737,6 +737,13 @@ PYBIND11_MODULE(_suffix_native, m) {
            py::arg("match_prior") = 2.0, py::arg("max_scopes") = 1024,
            "Attach the native draft-length controller (twin of DraftLengthController): a cost curve "
            "[(tokens, cost), ...] and/or the seven GPU cost parameters.")
+      .def("ctl_observe_pass",
+           [](PyCore& s, int64_t tokens, double seconds) {
+             return locked(s, [&] { controller_of(s).observe_pass(tokens, seconds); });
+           },
+           py::arg("tokens"), py::arg("seconds"),
+           "A pass of the batch last sized: corrects the shared cost model, and the batch's one "
+           "scope's when it had one (DraftLengthController.observe_pass).")
       .def("ctl_observe",
            [](PyCore& s, int64_t h, int64_t n) {
              return locked(s, [&] { controller_of(s).observe(h, n); });
