@@ -10,9 +10,10 @@ The draft length is fixed here (adaptive off): the drafts are then a function of
 holds alone, and B and the unsalted request accept exactly what A's cold run did (measured:
 66 / 66 / 66, A's repeat 170). The adaptive controller keeps its calibration and the step timings
 of single-scope batches per scope (tests/test_scopes.py checks B is then sized exactly as A
-cold, given the same pass times); live, its lengths follow the machine's timing noise, so with
-it on the counts move by a few tokens between runs, A cold's too (measured: A cold 58 / 61 / 60,
-B 64 / 61 / 60, unsalted 60 / 60 / 60, repeat 166 / 163 / 160).
+cold, given the same pass times). With it on, three fresh runs on a quiet machine gave A cold, B
+and unsalted 60 / 60 / 60 each, A's repeat 162-164; its lengths follow the machine's timing
+noise, so on a busy machine the counts move by a few tokens between runs, A cold's too (58-61,
+B 60-64).
 """
 
 from __future__ import annotations
