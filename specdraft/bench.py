@@ -91,7 +91,7 @@ def start_engines(model: str, methods: list[str], k: int, progress, plan: live.E
 def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, progress,
                     sequential: bool = False, ignore_eos: bool = False,
                     methods: list[str] | None = None, warmup_rounds: int = 0,
-                    advance=None) -> dict:
+                    bar: str | None = None) -> dict:
     """{method: [RunResult per round]}, methods interleaved with the order rotated each round.
 
     Every run starts from an engine with no cross-request state (prefix cache, global caches):
@@ -101,55 +101,63 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
     ``RunResult.counters['per_request']``. ``warmup_rounds`` whole rounds run first, untimed
     and not reported: kernels the CPU build makes per batch shape on first use (oneDNN's
     primitives in bfloat16) are then made before the timed rounds, as on a server that has run
-    a while. ``advance()``, if given, is called after every run (warm-up runs included).
+    a while. ``bar``: a label; on a terminal a progress bar counts the runs (warm-up runs
+    included), drawn where ``progress`` writes (its ``stream``, see ``live.engine_log``).
     """
+    from specdraft.progress import Progress
+
     methods = list(methods or engines.engines)
+    shown = (Progress((warmup_rounds + rounds) * len(methods), bar, "run",
+                      getattr(progress, "stream", None)) if bar else None)
+    if shown is not None:
+        progress = shown.say  # lines above the bar
     runs: dict[str, list] = {m: [] for m in methods}
     maxes = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
     warm = [prompts[0][: max(1, min(len(prompts[0]), 32))]]
-    for r in range(-warmup_rounds, rounds):
-        order = methods[r % len(methods):] + methods[: r % len(methods)]
-        for m in order:
-            with engines.engine(m) as llm:
-                # one short untimed request (first-call costs), then a clean slate again
-                live.generate(llm, warm, 4)
-                reset = live.reset_cross_request_state(llm)
-                schedule = live.engine_schedule(llm)
-                before = live.proposer_time(llm)
-                if sequential:
-                    outs, secs, per_req, lat = [], 0.0, [], []
-                    for p, n in zip(prompts, maxes):
-                        one = live.generate(llm, [p], n, ignore_eos=ignore_eos)
-                        outs.extend(one.outputs)
-                        secs += one.seconds
-                        per_req.append(one.counters)
-                        lat.extend(one.latencies)
-                    totals = {k: sum(c[k] for c in per_req) for k in live.COUNTER_KEYS}
-                    res = live.RunResult(outs, secs, dict(totals, per_request=per_req), lat)
-                else:
-                    res = live.generate(llm, prompts, maxes, ignore_eos=ignore_eos)
-                after = live.proposer_time(llm) if before is not None else None
-                costs = live.pass_costs(llm) if after is not None else None
-            if after is not None:  # specdraft's own figures: time in propose, propose calls
-                res.counters["proposer_seconds"] = after[0] - before[0]
-                res.counters["proposer_steps"] = after[1] - before[1]
-                res.counters["pass_costs"], res.counters["pass_log"] = costs or (None, None)
-            if advance is not None:
-                advance()
-            res.counters["cpu_pressure"] = live.cpu_pressure()
-            res.counters["reset"] = reset
-            # the engine's first step: the requests that had reached it (a race, read from the run)
-            res.counters["schedule"] = dict(schedule, first_step=(
-                1 if sequential else res.first_step))
-            if r < 0:
-                progress(f"[bench] warm-up round {r + warmup_rounds + 1}/{warmup_rounds} {m}: "
-                         f"{res.tokens / res.seconds:.1f} tok/s (not reported)")
-                continue
-            runs[m].append(res)
-            tpot = _median_ms([t for _, t in res.latencies])
-            progress(f"[bench] round {r + 1}/{rounds} {m:<12} {res.tokens / res.seconds:7.1f} tok/s"
-                     f"  TPOT {_ms(tpot):>6} ms  accepted {res.counters.get('accepted_tokens', 0):>6}"
-                     f"  (cpu pressure: {res.counters['cpu_pressure'] or 'n/a'})")
+    with shown or contextlib.nullcontext():
+        for r in range(-warmup_rounds, rounds):
+            order = methods[r % len(methods):] + methods[: r % len(methods)]
+            for m in order:
+                with engines.engine(m) as llm:
+                    # one short untimed request (first-call costs), then a clean slate again
+                    live.generate(llm, warm, 4)
+                    reset = live.reset_cross_request_state(llm)
+                    schedule = live.engine_schedule(llm)
+                    before = live.proposer_time(llm)
+                    if sequential:
+                        outs, secs, per_req, lat = [], 0.0, [], []
+                        for p, n in zip(prompts, maxes):
+                            one = live.generate(llm, [p], n, ignore_eos=ignore_eos)
+                            outs.extend(one.outputs)
+                            secs += one.seconds
+                            per_req.append(one.counters)
+                            lat.extend(one.latencies)
+                        totals = {k: sum(c[k] for c in per_req) for k in live.COUNTER_KEYS}
+                        res = live.RunResult(outs, secs, dict(totals, per_request=per_req), lat)
+                    else:
+                        res = live.generate(llm, prompts, maxes, ignore_eos=ignore_eos)
+                    after = live.proposer_time(llm) if before is not None else None
+                    costs = live.pass_costs(llm) if after is not None else None
+                if after is not None:  # specdraft's own figures: time in propose, propose calls
+                    res.counters["proposer_seconds"] = after[0] - before[0]
+                    res.counters["proposer_steps"] = after[1] - before[1]
+                    res.counters["pass_costs"], res.counters["pass_log"] = costs or (None, None)
+                if shown is not None:
+                    shown.advance()
+                res.counters["cpu_pressure"] = live.cpu_pressure()
+                res.counters["reset"] = reset
+                # the engine's first step: the requests that had reached it (a race, read from the run)
+                res.counters["schedule"] = dict(schedule, first_step=(
+                    1 if sequential else res.first_step))
+                if r < 0:
+                    progress(f"[bench] warm-up round {r + warmup_rounds + 1}/{warmup_rounds} {m}: "
+                             f"{res.tokens / res.seconds:.1f} tok/s (not reported)")
+                    continue
+                runs[m].append(res)
+                tpot = _median_ms([t for _, t in res.latencies])
+                progress(f"[bench] round {r + 1}/{rounds} {m:<12} {res.tokens / res.seconds:7.1f} tok/s"
+                         f"  TPOT {_ms(tpot):>6} ms  accepted {res.counters.get('accepted_tokens', 0):>6}"
+                         f"  (cpu pressure: {res.counters['cpu_pressure'] or 'n/a'})")
     return runs
 
 
@@ -665,13 +673,10 @@ def main(argv=None) -> int:
         engines = start_engines(path, args.methods, args.num_speculative_tokens, say, plan,
                                 max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                                 dtype=args.dtype)
-        from specdraft.progress import Progress
         try:
-            runs_total = (args.warmup_rounds + args.rounds) * len(args.methods)
-            with Progress(runs_total, "[bench] runs", "run", getattr(say, "stream", None)) as bar:
-                runs = run_interleaved(engines, prompts, maxes, args.rounds, bar.say,
-                                       sequential=args.sequential, methods=args.methods,
-                                       warmup_rounds=args.warmup_rounds, advance=bar.advance)
+            runs = run_interleaved(engines, prompts, maxes, args.rounds, say,
+                                   sequential=args.sequential, methods=args.methods,
+                                   warmup_rounds=args.warmup_rounds, bar="[bench] runs")
             say("[bench] no speculation past the limits (untimed), for the replay ...")
             lookahead = lookahead_outputs(engines, prompts, maxes, args.num_speculative_tokens)
         except live.MemoryPlanError as e:

@@ -97,12 +97,9 @@ def main(argv=None) -> int:
             with engines.engine("none") as llm_none:  # the second turns need the first answers
                 names, prompts = build_prompts(llm_none.get_tokenizer(), llm_none,
                                                args.max_tokens, say)
-            from specdraft.progress import Progress
-            runs_total = (args.warmup_rounds + args.rounds) * len(args.methods)
-            with Progress(runs_total, "[demo] runs", "run", getattr(say, "stream", None)) as bar:
-                runs = run_interleaved(engines, prompts, args.max_tokens, args.rounds, bar.say,
-                                       methods=args.methods, warmup_rounds=args.warmup_rounds,
-                                       advance=bar.advance)
+            runs = run_interleaved(engines, prompts, args.max_tokens, args.rounds, say,
+                                   methods=args.methods, warmup_rounds=args.warmup_rounds,
+                                   bar="[demo] runs")
         except live.MemoryPlanError as e:
             say(f"specdraft demo: {e}")
             return 2
