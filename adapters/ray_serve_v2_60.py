@@ -9,3 +9,19 @@ def engine_client(server: Any) -> Any:
     """The vLLM engine client an ``LLMServer`` replica holds (``server.engine._engine_client``,
     private in Ray 2.60), or None."""
     return getattr(getattr(server, "engine", None), "_engine_client", None)
+
+
+def server_config(server: Any) -> Any:
+    """The ``LLMConfig`` an ``LLMServer`` replica serves (``server._llm_config``, private in Ray
+    2.60; its public ``llm_config()`` is a coroutine)."""
+    return getattr(server, "_llm_config", None)
+
+
+def replica_id() -> str:
+    """This Serve replica's id, as vLLM's Ray metrics tag it (``ReplicaId``); "" outside Serve."""
+    from ray import serve
+
+    try:
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # noqa: BLE001 - not in a replica
+        return ""

@@ -2,8 +2,9 @@
 
 A local Ray cluster started here; HTTP on 127.0.0.1. The same application without speculation
 gives the reference outputs; then the specdraft deployment, with the shared cache on, must answer
-with the same tokens, export ``specdraft:*`` figures, and keep answering (same tokens) when the
-shared cache's actor is killed mid-run.
+with the same tokens, export ``specdraft:*`` figures (through a deployment handle, and through
+Ray's own Prometheus endpoint as ``ray_specdraft_*``, agreeing with vLLM's ``ray_vllm_*``), and
+keep answering (same tokens) when the shared cache's actor is killed mid-run.
 """
 
 from __future__ import annotations
@@ -44,11 +45,14 @@ def serve_cluster():
     # Ray kills workers when the whole machine is short of memory, whoever holds it; these
     # tests' own processes are small, so a busy shared machine must not fail them.
     os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
+    metrics_port = _free_port()  # Ray's Prometheus endpoint; metrics reported every second
     ray.init(num_cpus=2, include_dashboard=False, namespace="specdraft-serve-test",
-             log_to_driver=False, _node_ip_address="127.0.0.1")
+             log_to_driver=False, _node_ip_address="127.0.0.1",
+             _metrics_export_port=metrics_port,
+             _system_config={"metrics_report_interval_ms": 1000})
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    yield f"http://127.0.0.1:{port}"
+    yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics"
     serve.shutdown()
     ray.shutdown()
 
@@ -116,7 +120,7 @@ def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cl
                                                                          model_path):
     from ray import serve
 
-    base = serve_cluster
+    base, ray_metrics_url = serve_cluster
     _deploy(base, _config(model_path, None), "plain")
     reference = [_chat(base, p) for p in PROMPTS]
     serve.delete("plain")
@@ -149,4 +153,32 @@ def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cl
     assert figures["specdraft:draft_tokens_total"] > 0
     assert figures["specdraft:accepted_tokens_total"] > 0
     assert figures["specdraft:errors_total"] == 0  # the store's loss never reached drafting
+
+    # The same figures through Ray's metrics (log_engine_metrics, Ray's default), where vLLM's
+    # are too: specdraft's accepted tokens agree with the handle's and with vLLM's count.
+    deadline = time.monotonic() + 90
+    while True:
+        accepted = _figures(handle.specdraft_metrics.remote().result())[
+            "specdraft:accepted_tokens_total"]
+        ray_figures = _ray_figures(httpx.get(ray_metrics_url, timeout=10).text)
+        ours = ray_figures.get("ray_specdraft_accepted_tokens_total")
+        vllms = ray_figures.get("ray_vllm_spec_decode_num_accepted_tokens_total")
+        if ours == accepted == vllms:
+            break
+        assert time.monotonic() < deadline, (
+            f"Ray's metrics: specdraft {ours}, vLLM {vllms}; the replica's figure {accepted}")
+        time.sleep(1)
+    assert ray_figures["ray_specdraft_proposer_steps_total"] > 0
+    assert "ray_specdraft_global_cache_tokens" in ray_figures  # gauges too
     serve.delete("specdraft")
+
+
+def _ray_figures(text: str) -> dict[str, float]:
+    """Ray's Prometheus text: each series name's values summed over labels."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(("ray_specdraft_", "ray_vllm_")):
+            name, value = line.rsplit(" ", 1)
+            key = name.split("{")[0]
+            out[key] = out.get(key, 0.0) + float(value)
+    return out

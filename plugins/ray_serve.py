@@ -10,9 +10,12 @@ checkout: README, Install), or ship it with ``runtime_env`` (``{"py_modules": [.
 or ``{"env_vars": {"PYTHONPATH": ...}}``). vLLM finds the plugin by its entry point, so an
 installed package is the simple way.
 
-``SpecdraftLLMServer`` is Ray's ``LLMServer`` plus two things: it shuts vLLM's engine client down
-with the replica (Ray 2.60's engine shutdown leaves the engine's shared memory behind), and
-``specdraft_metrics()`` returns the replica's ``specdraft:*`` Prometheus lines.
+``SpecdraftLLMServer`` is Ray's ``LLMServer`` plus three things: it shuts vLLM's engine client
+down with the replica (Ray 2.60's engine shutdown leaves the engine's shared memory behind); with
+``log_engine_metrics`` on (Ray's default, which also puts vLLM's metrics there) it records the
+replica's ``specdraft:*`` figures in Ray's metrics, served by Ray's Prometheus endpoint as
+``ray_specdraft_*`` (``plugins/ray_metrics.py``); and ``specdraft_metrics()`` returns the same
+figures as Prometheus lines through a deployment handle.
 """
 
 from __future__ import annotations
@@ -25,7 +28,24 @@ __all__ = ["SpecdraftLLMServer", "llm_config", "build_app", "app_builder"]
 
 
 class SpecdraftLLMServer(LLMServer):
-    """Ray Serve's vLLM server, releasing the engine with the replica."""
+    """Ray Serve's vLLM server, releasing the engine with the replica and exporting specdraft's
+    figures to Ray's metrics."""
+
+    _ray_export: Any = None
+
+    async def start(self):
+        await super().start()
+        from specdraft.adapters import ray_serve_v2_60 as ray_adapter
+
+        config = ray_adapter.server_config(self)
+        if config is not None and config.log_engine_metrics:
+            import asyncio
+
+            from specdraft.plugins.ray_metrics import RayMetricsExport
+            from specdraft.plugins.vllm_metrics import SpecdraftCollector
+
+            export = RayMetricsExport(SpecdraftCollector.families, ray_adapter.replica_id())
+            self._ray_export = asyncio.get_running_loop().create_task(export.run())
 
     async def specdraft_metrics(self) -> str:
         """The replica's ``specdraft:*`` metrics, Prometheus text format."""
@@ -52,6 +72,8 @@ class SpecdraftLLMServer(LLMServer):
                 pass
 
     async def __del__(self) -> None:
+        if self._ray_export is not None:
+            self._ray_export.cancel()
         self._shutdown_engine_client()
         await super().__del__()
 

@@ -175,6 +175,13 @@ class SpecdraftCollector:
                 REGISTRY.register(cls._instance)
             cls._instance.sources.append((metrics_dir, labels))
 
+    @classmethod
+    def families(cls) -> list[Any]:
+        """This process's ``specdraft:*`` metric families (none before an engine with a
+        specdraft proposer started here): what /metrics shows, for other exporters."""
+        instance = cls._instance
+        return list(instance.collect()) if instance is not None else []
+
     def describe(self):
         return []  # names are only known at collect time; no registration-time collision check
 
