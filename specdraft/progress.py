@@ -4,7 +4,16 @@ lines)."""
 
 from __future__ import annotations
 
+import os
 import sys
+
+
+def _columns(stream) -> int:
+    """The width of the terminal ``stream`` writes to (0: unknown, or not a terminal)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 0
 
 
 class Progress:
@@ -19,9 +28,13 @@ class Progress:
             from tqdm import tqdm
         except ImportError:
             return
+        file = stream or sys.stderr
+        # A terminal that reports no width (a pseudo terminal nobody sized: `script` off a
+        # terminal, some CI consoles) would get a bar cut to nothing: draw it 80 columns wide.
+        sized = _columns(file) > 0
         # disable=None: tqdm shows the bar only on a terminal
         self.bar = tqdm(total=total, desc=desc, unit=unit, disable=None, leave=False,
-                        dynamic_ncols=True, file=stream or sys.stderr)
+                        dynamic_ncols=sized, ncols=None if sized else 80, file=file)
         if self.bar.disable:
             self.bar = None
 
