@@ -10,6 +10,9 @@ Sessions are recorded turn by turn: a turn with ``history: "previous"`` is sent 
 session's previous turn, with that turn's conversation and generated answer in front of it.
 ``--lookahead K`` records K + 1 tokens past ``max_tokens`` (generation ignores EOS then), so
 replay can judge the drafts of a request's last step exactly as the engine did.
+``--top-k K`` also records ``output_topk``: at every output position the ids of the target's K
+most likely tokens there, most likely first (vLLM's ``logprobs=K``), what a verification pass
+computes at the positions it scores; ``specdraft replay`` feeds them to target-logit recycling.
 """
 
 from __future__ import annotations
@@ -32,8 +35,19 @@ def tokenizer_identity(tokenizer) -> str:
     return f"{os.path.basename(str(name).rstrip('/'))}:{len(vocab)}:{h[:16]}"
 
 
+MAX_TOP_K = 20  # vLLM's default max_logprobs
+
+
+def topk_ids(position_logprobs: dict, k: int) -> list[int]:
+    """The ids of one position's ``k`` most likely tokens, most likely first, from vLLM's
+    ``{token_id: Logprob}`` (which also holds the sampled token, whatever its rank)."""
+    ranked = sorted(position_logprobs.items(), key=lambda kv: kv[1].rank)
+    return [int(t) for t, lp in ranked if lp.rank <= k][:k]
+
+
 def record(records: list[dict], llm, model_name: str, out_path: str, *, lookahead: int = 0,
-           max_model_len: int = 4096, dtype: str = "float32", progress=print) -> dict:
+           max_model_len: int = 4096, dtype: str = "float32", top_k: int = 0,
+           progress=print) -> dict:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -74,7 +88,8 @@ def record(records: list[dict], llm, model_name: str, out_path: str, *, lookahea
                 batch.append(r)
                 prompts.append(TokensPrompt(prompt_token_ids=ids))
                 params.append(SamplingParams(temperature=0.0, max_tokens=n_out,
-                                             ignore_eos=bool(lookahead)))
+                                             ignore_eos=bool(lookahead),
+                                             logprobs=top_k or None))
             if not batch:
                 continue
             progress(f"[record] turn {turn}: {len(batch)} requests ...")
@@ -85,12 +100,15 @@ def record(records: list[dict], llm, model_name: str, out_path: str, *, lookahea
                 if r.get("session") is not None:
                     answer[r["session"]] = tok.decode(list(out.token_ids)[: int(r["max_tokens"])],
                                                       skip_special_tokens=True)
-                f.write(json.dumps({
+                rec = {
                     "id": r["id"], "workload": r["workload"], "session": r.get("session"),
                     "turn": turn, "prompt_token_ids": list(p["prompt_token_ids"]),
                     "output_token_ids": list(out.token_ids), "max_tokens": int(r["max_tokens"]),
                     "finish_reason": out.finish_reason, "model": model_name, "dtype": dtype,
-                    "tokenizer": tok_id}) + "\n")
+                    "tokenizer": tok_id}
+                if top_k:
+                    rec["output_topk"] = [topk_ids(lp, top_k) for lp in out.logprobs]
+                f.write(json.dumps(rec) + "\n")
                 written += 1
             progress(f"[record] {written} requests written ({time.perf_counter() - t0:.0f}s)")
     return {"written": written, "skipped": skipped, "seconds": time.perf_counter() - t0}
@@ -112,8 +130,13 @@ def main(argv=None) -> int:
                     help="target dtype (any deterministic greedy output is a valid trace; "
                          "bfloat16 records ~2x faster on CPU)")
     ap.add_argument("--max-num-seqs", type=int, default=8, help="requests in flight")
+    ap.add_argument("--top-k", type=int, default=0,
+                    help=f"also record the target's K most likely token ids at every output "
+                         f"position (1-{MAX_TOP_K}; 0: none), for target-logit recycling")
     ap.add_argument("--out", required=True, help="trace JSONL to write (.gz: gzipped)")
     args = ap.parse_args(argv)
+    if not 0 <= args.top_k <= MAX_TOP_K:
+        ap.error(f"--top-k {args.top_k}: accepted values are 0 (off) to {MAX_TOP_K}")
 
     from specdraft import workloads
     from specdraft import live
@@ -142,7 +165,8 @@ def main(argv=None) -> int:
     llm = live.make_llm(path, None, max_model_len=args.max_model_len,
                         max_num_seqs=args.max_num_seqs, dtype=args.dtype)
     res = record(records, llm, args.model, args.out, lookahead=args.lookahead,
-                 max_model_len=args.max_model_len, dtype=args.dtype, progress=lambda m: print(m, flush=True))
+                 max_model_len=args.max_model_len, dtype=args.dtype, top_k=args.top_k,
+                 progress=lambda m: print(m, flush=True))
     print(f"[record] wrote {res['written']} requests ({res['skipped']} skipped: longer than "
           f"--max-model-len) in {res['seconds']:.0f}s -> {args.out}")
     return 0

@@ -67,6 +67,12 @@ def _check_trace_record(rec) -> dict:
         token_ids(rec[field], field, vocab_size)
     if not rec["output_token_ids"]:
         raise ValueError("field 'output_token_ids' is empty")
+    topk = rec.get("output_topk")  # specdraft record --top-k: the target's top-k per position
+    if topk is not None:
+        if not isinstance(topk, list) or len(topk) != len(rec["output_token_ids"]):
+            raise ValueError("field 'output_topk' must be a list with one entry per output token")
+        for row in topk:
+            token_ids(row, "output_topk", vocab_size)
     max_tokens = rec.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
                                    or max_tokens < 1):
@@ -150,6 +156,70 @@ class SpecdraftMethod(Method):
 
     def finish(self, key):
         self.drafter.finish(key)
+
+
+class SpecdraftRecycleMethod(SpecdraftMethod):
+    """specdraft's suffix drafts and, where the drafter sends none, a draft from the recycled
+    top-k table (``proposers/recycle.py``): a chain of ``depth`` first choices, or with
+    ``branching`` a tree (engines that verify trees). The replay feeds the table the top-k of
+    every position it emits (``observe_topk``, from traces recorded with ``--top-k``); a
+    request's tokens reach the drafter's controller as usual, a recycled draft's acceptance is
+    not reported to it (it did not size that draft)."""
+
+    def __init__(self, name: str, options: dict, depth: int = 2,
+                 branching: tuple[int, ...] | None = None, top_k: int = 8):
+        from specdraft.proposers.recycle import RecycleTable
+
+        super().__init__(name, options, chain_only=branching is None)
+        self.table = RecycleTable(top_k)
+        self.depth, self.branching = depth, branching
+        self._last: dict = {}  # key -> the request's last token
+        self._recycled: set = set()  # keys whose pending draft came from the table
+
+    def start(self, key, prompt, scope=None):
+        super().start(key, prompt, scope)
+        self._last[key] = prompt[-1]
+
+    def observe_topk(self, key, tokens, topk):
+        """``tokens`` were emitted at positions whose target top-k were ``topk``: each
+        position's input is the token before it."""
+        self.table.update([self._last[key]] + list(tokens[:-1]), topk)
+
+    def extend(self, key, tokens, num_accepted):
+        if key in self._recycled:
+            self._recycled.discard(key)
+            num_accepted = None
+        super().extend(key, tokens, num_accepted)
+        if tokens:
+            self._last[key] = tokens[-1]
+
+    def draft_batch(self, keys, max_k, batch=None):
+        out = super().draft_batch(keys, max_k, batch)
+        for i, key in enumerate(keys):
+            if out[i][0] or max_k <= 0:
+                continue
+            last = self._last[key]
+            t = (self.table.tree(last, self.branching, max_k) if self.branching
+                 else self.table.chain(last, min(self.depth, max_k)))
+            if t.token_ids:
+                out[i] = (t.token_ids, t.parents)
+                self._recycled.add(key)
+        return out
+
+    def finish(self, key):
+        super().finish(key)
+        self._last.pop(key, None)
+        self._recycled.discard(key)
+
+
+def _recycle(name: str, strategy: str = "suffix", **kw):
+    def make(cost_model=None, overrides: dict | None = None):
+        opts = {"strategy": strategy, **(overrides or {})}
+        if cost_model is not None:
+            opts["cost_model"] = cost_model
+        return SpecdraftRecycleMethod(name, opts, **kw)
+    make.specdraft = True
+    return make
 
 
 class VllmNgramMethod(Method):
@@ -288,6 +358,10 @@ METHODS = {
     # the tree reduced to its best path, as specdraft runs in chain-verifying engines (vLLM)
     "specdraft-tree-path": _specdraft("specdraft-tree-path", chain_only=True, strategy="tree"),
     "specdraft-lookup": _specdraft("specdraft-lookup", strategy="lookup"),
+    # target-logit recycling where the suffix draft is empty (traces recorded with --top-k)
+    "specdraft-recycle": _recycle("specdraft-recycle", depth=2),
+    "specdraft-recycle-tree": _recycle("specdraft-recycle-tree", strategy="tree",
+                                       branching=(4, 2, 1)),
     "vllm-ngram": lambda cost_model=None: VllmNgramMethod("vllm-ngram"),
     "arctic-suffix": lambda cost_model=None: ArcticSuffixMethod("arctic-suffix"),
     "hf-prompt-lookup": lambda cost_model=None: HFPromptLookupMethod("hf-prompt-lookup"),
@@ -368,15 +442,21 @@ def batch_queue(records: list[dict], batch: int) -> list[tuple[list[int], list[i
     """The requests a batch of ``batch`` replays: (prompt, output, record, session), in arrival
     order. A trace with fewer requests than the batch is repeated, each repetition in its own
     block of token ids (ids shifted by a multiple of the trace's largest id + 1): a copy is the
-    same request in a disjoint vocabulary, so no copy can draft from another."""
-    vocab = 1 + max(max(r["prompt_token_ids"] + r["output_token_ids"]) for r in records)
+    same request in a disjoint vocabulary, so no copy can draft from another (its recorded
+    top-k, if any, shifted with it)."""
+    vocab = 1 + max(max(r["prompt_token_ids"] + r["output_token_ids"]
+                        + [t for row in r.get("output_topk") or () for t in row])
+                    for r in records)
     copies = -(-batch // len(records))
     out = []
     for c in range(copies):
         shift = c * vocab
         for r in records:
+            rec = r
+            if c and r.get("output_topk") is not None:
+                rec = dict(r, output_topk=[[t + shift for t in row] for row in r["output_topk"]])
             out.append(([t + shift for t in r["prompt_token_ids"]],
-                        [t + shift for t in r["output_token_ids"]], r,
+                        [t + shift for t in r["output_token_ids"]], rec,
                         None if r.get("session") is None else (c, r["session"])))
     return out
 
@@ -417,6 +497,7 @@ def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, 
             acc = accepted_length(toks, parents, q.output[q.pos:]) if toks else 0
             acc = min(acc, len(q.output) - q.pos - 1)  # the last recorded token is the target's own
             emitted = q.output[q.pos:q.pos + acc + 1]
+            _observe_topk(method, q, q.pos, emitted)
             drafted += len(toks)
             drafts += bool(toks)
             accepted += acc
@@ -426,6 +507,7 @@ def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, 
         decode_rows += len(decoding)
         for q in inflight:
             if q.pos == 0:  # prefill: one pass, no draft
+                _observe_topk(method, q, 0, q.output[:1])
                 q.pos = 1
                 method.extend(q.key, q.output[:1], None)
         passes += len(inflight)
@@ -444,6 +526,17 @@ def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, 
         base = baseline if baseline is not None else baseline_cost(records, batch, cost)
         out["est_speedup"] = base / cost_spec if cost_spec else 1.0
     return out
+
+
+def _observe_topk(method: Method, q: "_InFlight", pos: int, emitted: list[int]) -> None:
+    """The target's top-k at the positions a pass emitted, to a method that recycles them.
+
+    A trace holds the top-k along the output only: a pass also scores the positions after its
+    rejected draft tokens, which an engine could recycle too and the replay cannot."""
+    topk = q.rec.get("output_topk")
+    observe = getattr(method, "observe_topk", None)
+    if topk is not None and observe is not None:
+        observe(q.key, emitted, topk[pos:pos + len(emitted)])
 
 
 @dataclass
