@@ -206,6 +206,38 @@ def replay_live(runs: dict, prompts: list[list[int]], k: int, schedule, cost_mod
     return out
 
 
+def replay_ceiling(runs: dict, prompts: list[list[int]], k: int, schedule,
+                   lookahead: list[list[int]] | None = None) -> dict | None:
+    """The fastest any drafter could have run: no speculation's outputs replayed with drafts
+    that are always right (an oracle), ``L`` tokens a step for L in 1, 2, 4, ..., k, on the
+    engine's schedule and priced by the measured passes; the best L's figures, summed over
+    rounds. None without measured passes. Speculation on this machine cannot beat it, so a
+    method's distance to it is what better drafts could still win."""
+    from specdraft.replay import OracleMethod, replay_engine
+
+    shared = merged_pass_costs({m: {"rounds": [{"pass_costs": x.counters.get("pass_costs")}
+                                               for x in rs]} for m, rs in runs.items()})
+    if not shared or "none" not in runs:
+        return None
+    cost = measured_cost(shared)
+    lengths = sorted({min(k, 1 << i) for i in range(k.bit_length() + 1)} | {k})
+    best = None
+    for length in lengths:
+        tot = {"draft_length": length, "est_seconds": 0.0, "target_steps": 0, "accepted_tokens": 0}
+        for x in runs["none"]:
+            truths = lookahead or x.outputs
+            requests = [(p, o, t if t[:len(o)] == o else o)
+                        for p, o, t in zip(prompts, x.outputs, truths) if o]
+            oracle = OracleMethod(length, {tuple(p): t for p, _, t in requests})
+            r = replay_engine(oracle, requests, k, schedule(x), cost)
+            tot["est_seconds"] += r["est_seconds"]
+            tot["target_steps"] += r["steps"]
+            tot["accepted_tokens"] += r["accepted_tokens"]
+        if best is None or tot["est_seconds"] < best["est_seconds"]:
+            best = tot
+    return best
+
+
 def measured_cost(pass_costs: list[list] | None, pass_log: list[list] | None = None):
     """``pass_cost(step, rows, tokens) -> seconds`` from a run's measured passes: the time the
     live controller was told for that step (``pass_log``: [rows, tokens, seconds] in order) while
@@ -433,8 +465,9 @@ def format_live_table(table: dict) -> str:
     return "\n".join(lines)
 
 
-def format_replay_gaps(table: dict, cost_model: str) -> str:
-    """Live counts against their offline replay (``replayed``), one line per method."""
+def format_replay_gaps(table: dict, cost_model: str, ceiling: dict | None = None) -> str:
+    """Live counts against their offline replay (``replayed``), one line per method, and the
+    ceiling any drafter could reach (``replay_ceiling``)."""
     lines = [f"replay of the live outputs (same prompts, concurrency and draft bound; cost model "
              f"{cost_model}): live / replayed"]
     for m, t in table.items():
@@ -447,6 +480,13 @@ def format_replay_gaps(table: dict, cost_model: str) -> str:
                      f"({_pct(g['drafted_tokens'])})  accepted {t['accepted_tokens']} / "
                      f"{r['accepted_tokens']} ({_pct(g['accepted_tokens'])})  drafts "
                      f"{t['drafts']} / {r['drafts']}" + est)
+    if ceiling and ceiling["est_seconds"]:
+        best = ceiling["est_seconds"]
+        times = ", ".join(f"{m} {t['replayed']['est_seconds'] / best:.2f}x"
+                          for m, t in table.items() if t.get("replayed", {}).get("est_seconds"))
+        lines.append(f"  ceiling (drafts always right, {ceiling['draft_length']} tokens a step): "
+                     f"{best:.1f} s of measured passes; each method's replayed time against it: "
+                     f"{times}")
     return "\n".join(lines)
 
 
@@ -584,7 +624,10 @@ def replay_saved(path: str) -> int:
                                     lambda run: run_schedule(run, batch), cost_model,
                                     lambda msg: print(msg, flush=True),
                                     saved.get("lookahead_outputs")))
-    print(format_replay_gaps(table, cost_model))
+    saved["replay_ceiling"] = replay_ceiling(runs, prompts, s["num_speculative_tokens"],
+                                             lambda run: run_schedule(run, batch),
+                                             saved.get("lookahead_outputs"))
+    print(format_replay_gaps(table, cost_model, saved["replay_ceiling"]))
     write_results(path, saved, say=lambda msg: print(msg, flush=True), tag="bench")
     return 0
 
@@ -692,6 +735,8 @@ def main(argv=None) -> int:
     add_replayed(table, replay_live(runs, prompts, args.num_speculative_tokens,
                                     lambda run: run_schedule(run, batch), cost_model, progress,
                                     lookahead))
+    ceiling = replay_ceiling(runs, prompts, args.num_speculative_tokens,
+                             lambda run: run_schedule(run, batch), lookahead)
     matches_trace = all(o == e for o, e in zip(runs["none"][0].outputs, recorded))
     title = (f"{name}: {len(records)} requests, {batch} at a time, k={args.num_speculative_tokens}, "
              f"{args.rounds} interleaved rounds after {args.warmup_rounds} untimed ({plan.mode}), "
@@ -700,10 +745,10 @@ def main(argv=None) -> int:
     print()
     print(title)
     print(format_live_table(table))
-    print(format_replay_gaps(table, cost_model))
+    print(format_replay_gaps(table, cost_model, ceiling))
     print(f"no-speculation outputs identical to the trace: {'yes' if matches_trace else 'NO'}")
     write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "table": table,
-                              "replay_cost_model": cost_model,
+                              "replay_cost_model": cost_model, "replay_ceiling": ceiling,
                               # every round's outputs, to replay the run again offline
                               "outputs": {m: [x.outputs for x in rs] for m, rs in runs.items()},
                               "lookahead_outputs": lookahead,

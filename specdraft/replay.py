@@ -212,6 +212,32 @@ class SpecdraftRecycleMethod(SpecdraftMethod):
         self._recycled.discard(key)
 
 
+class OracleMethod(Method):
+    """Drafts the target's own continuation, ``length`` tokens a step (all accepted): the
+    ceiling of any drafter with that draft length on a schedule (``truths``: each prompt's
+    continuation, keyed by the prompt's tokens)."""
+    ends_in_step = True
+
+    def __init__(self, length: int, truths: dict):
+        self.name = f"oracle-{length}"
+        self.length, self.truths = length, truths
+        self._req: dict = {}  # key -> [continuation, tokens emitted]
+
+    def start(self, key, prompt, scope=None):
+        self._req[key] = [self.truths[tuple(prompt)], 0]
+
+    def extend(self, key, tokens, num_accepted):
+        self._req[key][1] += len(tokens)
+
+    def draft(self, key, max_k):
+        truth, pos = self._req[key]
+        toks = truth[pos:pos + min(self.length, max_k)]
+        return toks, list(range(-1, len(toks) - 1))
+
+    def finish(self, key):
+        self._req.pop(key, None)
+
+
 def _recycle(name: str, strategy: str = "suffix", **kw):
     def make(cost_model=None, overrides: dict | None = None):
         opts = {"strategy": strategy, **(overrides or {})}

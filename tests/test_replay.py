@@ -6,8 +6,8 @@ import random
 import pytest
 
 from specdraft.proposers.controller import CostModel
-from specdraft.replay import (Method, SpecdraftMethod, accepted_length, batch_queue, load_trace, replay,
-                              replay_batched, replay_request)
+from specdraft.replay import (Method, OracleMethod, SpecdraftMethod, accepted_length, batch_queue,
+                              load_trace, replay, replay_batched, replay_request)
 
 
 def write(path, records):
@@ -212,24 +212,19 @@ def test_specdraft_options_reach_every_specdraft_method(tmp_path, capsys):
     assert "max_waste" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
 
 
-class _Oracle(Method):  # drafts the recorded truth, logs starts and finishes
-    name = "oracle"
+class _Oracle(OracleMethod):  # drafts the recorded truth, logs starts and finishes
+    ends_in_step = False  # finishes reach it a step late, as vLLM reports them to its proposers
 
-    def __init__(self, truth):
-        self.truth, self.seen, self.log = truth, {}, []
+    def __init__(self, prompts, truth):
+        super().__init__(1 << 30, {tuple(p): t for p, t in zip(prompts, truth)})
+        self.log = []
 
-    def start(self, key, prompt):
-        self.seen[key] = []
+    def start(self, key, prompt, scope=None):
+        super().start(key, prompt)
         self.log.append(("start", key))
 
-    def extend(self, key, tokens, num_accepted):
-        self.seen[key] += tokens
-
-    def draft(self, key, max_k):
-        out = self.truth[key - 1][len(self.seen[key]):][:max_k]
-        return out, list(range(-1, len(out) - 1))
-
     def finish(self, key):
+        super().finish(key)
         self.log.append(("finish", key))
 
 
@@ -238,7 +233,7 @@ def test_engine_replay_schedules_chunked_prefill_and_finishes_a_step_late():
 
     prompts = [list(range(10)), list(range(100, 110))]
     outputs = [[1, 2, 3], [4, 5, 6]]
-    nodraft = _Oracle(outputs)
+    nodraft = _Oracle(prompts, outputs)
     nodraft.draft = lambda key, max_k: ([], [])
     # budget 12: step 1 prefills request 1 and 2 tokens of request 2; step 2 decodes request 1
     # and finishes request 2's prefill (its first token); steps 3-4 decode
@@ -246,7 +241,7 @@ def test_engine_replay_schedules_chunked_prefill_and_finishes_a_step_late():
     assert r == {"steps": 4, "drafts": 0, "drafted_tokens": 0, "accepted_tokens": 0}
     # finished requests leave at the start of the next step (when the engine reports them)
     assert nodraft.log == [("start", 1), ("start", 2), ("finish", 1), ("finish", 2)]
-    oracle = _Oracle(outputs)
+    oracle = _Oracle(prompts, outputs)
     r = replay_engine(oracle, list(zip(prompts, outputs)), 4, EngineSchedule(2, 12, 16, False))
     # a perfect draft after the first token: the last token is the target's own
     assert r["accepted_tokens"] == 2 and r["drafts"] == 2 and r["steps"] == 3
@@ -259,7 +254,7 @@ def test_engine_replay_admits_at_most_max_num_seqs_and_skips_cached_blocks():
     assert _cached_prefix(list(range(32)), [list(range(32))], 16) == 16  # one token computed
     prompts = [list(range(20))] * 3
     outputs = [[1, 2], [1, 2], [1, 2]]
-    nodraft = _Oracle(outputs)
+    nodraft = _Oracle(prompts, outputs)
     nodraft.draft = lambda key, max_k: ([], [])
     one = replay_engine(nodraft, list(zip(prompts, outputs)), 4, EngineSchedule(1, 100, 16, True))
     assert one["steps"] == 6  # one request at a time: prefill + one decode each
@@ -305,3 +300,31 @@ def test_bad_scope_field_is_named(tmp_path):
                                           "output_token_ids": [2], "scope": 3}])
     with pytest.raises(ValueError, match="scope"):
         load_trace(path)
+
+
+def test_the_ceiling_is_the_best_draft_length_of_an_oracle_on_the_measured_passes():
+    from specdraft.bench import replay_ceiling
+    from specdraft.live import RunResult
+    from specdraft.replay import EngineSchedule
+
+    prompts = [list(range(i * 50, i * 50 + 20)) for i in range(4)]
+    outputs = [list(range(1000 + 40 * i, 1040 + 40 * i)) for i in range(4)]
+    schedule = {"max_num_seqs": 4, "max_num_batched_tokens": 256, "block_size": 16,
+                "prefix_caching": True}
+
+    def run(costs):
+        return RunResult(outputs, 1.0, {"pass_costs": costs, "schedule": schedule})
+    sched = lambda x: EngineSchedule(**x.counters["schedule"])  # noqa: E731
+    # specdraft's engine measured the passes: 1 s plus 0.01 s a token scored, so long drafts
+    # that are always right win
+    flat = [[r, t, 1, 1.0 + 0.01 * t] for r in range(1, 5) for t in range(r, 400)]
+    best = replay_ceiling({"none": [run(None)], "specdraft": [run(flat)]}, prompts, 8, sched)
+    assert best["draft_length"] == 8
+    # 39 tokens after the first: steps of 8 accepted + 1 of the target's, then 2 + 1
+    assert best["accepted_tokens"] == 4 * (4 * 8 + 2)
+    # a pass whose cost grows with the square of the tokens scored: the shortest draft is best
+    # (under any cost linear in the tokens a longer right draft always wins)
+    steep = [[r, t, 1, 0.01 * t * t] for r in range(1, 5) for t in range(r, 400)]
+    assert replay_ceiling({"none": [run(None)], "specdraft": [run(steep)]}, prompts, 8,
+                          sched)["draft_length"] == 1
+    assert replay_ceiling({"none": [run(None)]}, prompts, 8, sched) is None  # nothing measured
