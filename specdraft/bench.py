@@ -208,11 +208,13 @@ def replay_live(runs: dict, prompts: list[list[int]], k: int, schedule, cost_mod
 
 def replay_ceiling(runs: dict, prompts: list[list[int]], k: int, schedule,
                    lookahead: list[list[int]] | None = None) -> dict | None:
-    """The fastest any drafter could have run: no speculation's outputs replayed with drafts
-    that are always right (an oracle), ``L`` tokens a step for L in 1, 2, 4, ..., k, on the
-    engine's schedule and priced by the measured passes; the best L's figures, summed over
-    rounds. None without measured passes. Speculation on this machine cannot beat it, so a
-    method's distance to it is what better drafts could still win."""
+    """About the fastest any drafter could have run: no speculation's outputs replayed with
+    drafts that are always right (an oracle), on the engine's schedule and priced by the
+    measured passes, ``L`` tokens a step for L in 1, 2, 4, ..., k, or per step the L that
+    emits the most tokens per second of that pass (``draft_length`` "per step"); the fastest
+    of these, summed over rounds. None without measured passes. A method's distance to it is
+    what better drafts could still win; it is not a strict bound (a drafter that sizes each
+    request's draft on its own could do a little better)."""
     from specdraft.replay import OracleMethod, replay_engine
 
     shared = merged_pass_costs({m: {"rounds": [{"pass_costs": x.counters.get("pass_costs")}
@@ -222,13 +224,15 @@ def replay_ceiling(runs: dict, prompts: list[list[int]], k: int, schedule,
     cost = measured_cost(shared)
     lengths = sorted({min(k, 1 << i) for i in range(k.bit_length() + 1)} | {k})
     best = None
-    for length in lengths:
-        tot = {"draft_length": length, "est_seconds": 0.0, "target_steps": 0, "accepted_tokens": 0}
+    for length in lengths + [None]:
+        tot = {"draft_length": length or "per step", "est_seconds": 0.0, "target_steps": 0,
+               "accepted_tokens": 0}
         for x in runs["none"]:
             truths = lookahead or x.outputs
             requests = [(p, o, t if t[:len(o)] == o else o)
                         for p, o, t in zip(prompts, x.outputs, truths) if o]
-            oracle = OracleMethod(length, {tuple(p): t for p, _, t in requests})
+            oracle = OracleMethod(length, {tuple(p): t for p, _, t in requests},
+                                  lambda rows, tokens: cost(1 << 62, rows, tokens))
             r = replay_engine(oracle, requests, k, schedule(x), cost)
             tot["est_seconds"] += r["est_seconds"]
             tot["target_steps"] += r["steps"]
@@ -484,7 +488,9 @@ def format_replay_gaps(table: dict, cost_model: str, ceiling: dict | None = None
         best = ceiling["est_seconds"]
         times = ", ".join(f"{m} {t['replayed']['est_seconds'] / best:.2f}x"
                           for m, t in table.items() if t.get("replayed", {}).get("est_seconds"))
-        lines.append(f"  ceiling (drafts always right, {ceiling['draft_length']} tokens a step): "
+        length = ceiling["draft_length"]
+        lines.append(f"  ceiling (drafts always right, "
+                     f"{'the best length each step' if length == 'per step' else f'{length} tokens a step at most'}): "
                      f"{best:.1f} s of measured passes; each method's replayed time against it: "
                      f"{times}")
     return "\n".join(lines)

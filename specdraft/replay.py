@@ -213,15 +213,23 @@ class SpecdraftRecycleMethod(SpecdraftMethod):
 
 
 class OracleMethod(Method):
-    """Drafts the target's own continuation, ``length`` tokens a step (all accepted): the
-    ceiling of any drafter with that draft length on a schedule (``truths``: each prompt's
-    continuation, keyed by the prompt's tokens)."""
+    """Drafts the target's own continuation (all accepted), ``length`` tokens a step; or with
+    ``pass_cost(rows, tokens) -> seconds`` and no length, each step the length (the same for
+    every row) that emits the most tokens per second of that pass. ``truths``: each prompt's
+    continuation, keyed by the prompt's tokens."""
     ends_in_step = True
 
-    def __init__(self, length: int, truths: dict):
-        self.name = f"oracle-{length}"
-        self.length, self.truths = length, truths
+    def __init__(self, length: int | None, truths: dict, pass_cost=None):
+        self.name = f"oracle-{length or 'per-step'}"
+        self.length, self.truths, self.pass_cost = length, truths, pass_cost
         self._req: dict = {}  # key -> [continuation, tokens emitted]
+
+    def draft_batch(self, keys, max_k, batch=None):
+        if self.length is None and keys:
+            rows = len(keys)
+            self._step_length = max(range(max_k + 1), key=lambda n: rows * (n + 1) / (
+                self.pass_cost(rows, rows * (n + 1)) or float("inf")))
+        return [self.draft(k, max_k) for k in keys]
 
     def start(self, key, prompt, scope=None):
         self._req[key] = [self.truths[tuple(prompt)], 0]
@@ -231,7 +239,8 @@ class OracleMethod(Method):
 
     def draft(self, key, max_k):
         truth, pos = self._req[key]
-        toks = truth[pos:pos + min(self.length, max_k)]
+        length = self.length if self.length is not None else self._step_length
+        toks = truth[pos:pos + min(length, max_k)]
         return toks, list(range(-1, len(toks) - 1))
 
     def finish(self, key):

@@ -322,9 +322,10 @@ def test_the_ceiling_is_the_best_draft_length_of_an_oracle_on_the_measured_passe
     assert best["draft_length"] == 8
     # 39 tokens after the first: steps of 8 accepted + 1 of the target's, then 2 + 1
     assert best["accepted_tokens"] == 4 * (4 * 8 + 2)
-    # a pass whose cost grows with the square of the tokens scored: the shortest draft is best
-    # (under any cost linear in the tokens a longer right draft always wins)
+    # a pass whose cost grows with the square of the tokens scored: no draft pays, and the
+    # oracle that picks its length each step drafts nothing (under any cost linear in the
+    # tokens a longer right draft always wins)
     steep = [[r, t, 1, 0.01 * t * t] for r in range(1, 5) for t in range(r, 400)]
-    assert replay_ceiling({"none": [run(None)], "specdraft": [run(steep)]}, prompts, 8,
-                          sched)["draft_length"] == 1
+    best = replay_ceiling({"none": [run(None)], "specdraft": [run(steep)]}, prompts, 8, sched)
+    assert best["draft_length"] == "per step" and best["accepted_tokens"] == 0
     assert replay_ceiling({"none": [run(None)]}, prompts, 8, sched) is None  # nothing measured
