@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable, Sequence
 
+from specdraft.proposers.base import accepted_count
+
 
 @dataclasses.dataclass
 class Row:
@@ -56,9 +58,10 @@ class RequestSync:
             self.known[row.req_id] = known
         num_accepted = None
         if n > known:
-            if row.num_drafted > 0 and row.num_emitted == n - known:
-                # every emitted token but the last (bonus or correction) was an accepted draft
-                num_accepted = max(0, min(row.num_drafted, row.num_emitted - 1))
+            if row.num_emitted == n - known:
+                num_accepted = accepted_count(row.num_emitted, row.num_drafted)
+                if num_accepted < 0:
+                    num_accepted = None
             self.drafter.extend(row.req_id, _ints(row.tokens[known:n]), num_accepted)
             self.known[row.req_id] = n
         return num_accepted

@@ -53,7 +53,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from specdraft.proposers.base import DraftTree, SpecdraftConfigError
+from specdraft.proposers.base import DraftTree, SpecdraftConfigError, accepted_count
 
 SUPPORTED = ((0, 5, 23), (0, 5, 24))  # only 0.5.23's internals were checked
 ALGORITHM = "SPECDRAFT"
@@ -243,9 +243,9 @@ class SpecdraftCorpus:
         self._advance(rid, st, added)
 
     def _advance(self, rid: str, st: _Request, added: list[int]) -> None:
-        # one verification pass emits the accepted draft tokens plus one of the target's own
-        num_accepted = (None if st.resumed or st.drafted == 0
-                        else max(0, min(st.drafted, len(added) - 1)))
+        num_accepted = -1 if st.resumed else accepted_count(len(added), st.drafted)
+        if num_accepted < 0:
+            num_accepted = None
         self.drafter.extend(rid, added, num_accepted)
         st.known += len(added)
         st.resumed, st.drafted = False, 0

@@ -41,6 +41,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from specdraft.proposers.base import accepted_count
+
 
 SUPPORTED = ((0, 32, 0), (0, 33, 0))
 # The CPU expand-kernel bug is in every release up to the newest checked (0.33.0).
@@ -456,8 +458,7 @@ class StepView:
             rows, req_ids = None, all_ids[:num_rows]
         scheduled = self.scheduler_output.scheduled_spec_decode_tokens
         num_drafted = map(len, map(scheduled.get, req_ids, repeat(())))
-        # every emitted token but the last (bonus or correction) was an accepted draft token
-        num_accepted = list(map(_accepted, emitted, num_drafted))
+        num_accepted = list(map(accepted_count, emitted, num_drafted))
         budget = self.budget(num_speculative_tokens)
         wanted = list(map(speculates.__getitem__, req_ids))
         # requests this step's tokens ended: finished (into the global cache) in this step, not
@@ -532,10 +533,6 @@ def propose_arguments(args: tuple, kwargs: dict) -> tuple[list[list[int]], Any, 
     except KeyError as e:
         raise TypeError(f"propose() called without {e.args[0]}; vLLM 0.32 passes "
                         f"{', '.join(PROPOSE_PARAMS)}") from None
-
-
-def _accepted(emitted: int, drafted: int) -> int:
-    return min(emitted - 1, drafted) if drafted > 0 else -1
 
 
 @dataclasses.dataclass

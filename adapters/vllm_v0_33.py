@@ -25,6 +25,6 @@ from __future__ import annotations
 
 from specdraft.adapters.vllm_v0_32 import *  # noqa: F401,F403 - the same facts unless overridden
 from specdraft.adapters.vllm_v0_32 import (  # noqa: F401 - names the star import leaves out
-    _accepted, _peer_config, _request_speculates, _runner_class, _step_begin)
+    _peer_config, _request_speculates, _runner_class, _step_begin)
 
 SUPPORTED = ((0, 33, 0), (0, 34, 0))

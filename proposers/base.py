@@ -26,6 +26,14 @@ class SpecdraftConfigError(ValueError):
     """An invalid option or argument; the message names the option and what is accepted."""
 
 
+def accepted_count(num_emitted: int, num_drafted: int) -> int:
+    """Draft tokens the target accepted in a verification pass that emitted ``num_emitted``
+    tokens for a request it had ``num_drafted`` draft tokens of: every emitted token but the last
+    (the target's own: bonus or correction) was an accepted draft token. -1 (unknown: nothing to
+    learn) when nothing was drafted. The native step (``native/engine_step.h``) is its twin."""
+    return max(0, min(num_drafted, num_emitted - 1)) if num_drafted > 0 else -1
+
+
 @dataclasses.dataclass
 class DraftTree:
     token_ids: list[int] = dataclasses.field(default_factory=list)

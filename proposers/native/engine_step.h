@@ -235,7 +235,8 @@ class EngineStep {
       ntok_.push_back(n);
       nprompt_.push_back(np);
       caps_.push_back(rule.speculates && !ended ? std::min(budget, max_len - n) : std::min<int64_t>(0, max_len - n));
-      // every emitted token but the last (bonus or correction) was an accepted draft token
+      // every emitted token but the last (bonus or correction) was an accepted draft token: the
+      // twin of proposers/base.py accepted_count
       acc_.push_back(drafted > 0 ? std::min<int64_t>(e - 1, drafted) : -1);
       emit_.push_back(e);
       if (ended) {
