@@ -316,16 +316,18 @@ class TimedSpecdraft(TimedMethod):
         self.sampled = self.runner.write(live, self.pending, self.n)
         ids = self.runner.batch.req_ids
         last = self.last_rows  # the drafts verified this step (the scheduler output's)
+        # what vLLM has before the step: the scheduler's output and the runner (stand-ins)
         self.scheduled = {ids[i]: last[i] if last else [] for i in live}
-        self.view = self.adapter.benchmark_step_view(self.runner.batch, self.scheduled, self.budget)
-        self.begin = self.adapter.benchmark_step_begin(
-            self.finished_events, len(live) + sum(len(d) for d in self.scheduled.values()))
-        self.finished_events = []
+        self.num_scheduled = len(live) + sum(len(d) for d in self.scheduled.values())
+        self.standins = self.adapter.benchmark_step_view(self.runner.batch, self.scheduled,
+                                                         self.budget)
+        self.events, self.finished_events = self.finished_events, []
 
     def step(self, live):
-        p, b = self.prop, self.runner.batch
-        p.specdraft_step_begin(self.begin)       # execute_model entry (runner hook)
-        p.specdraft_bind(self.view)              # propose_draft_token_ids entry (runner hook)
+        # timed from here: what the runner hooks build and call each step, then propose
+        p, b, s = self.prop, self.runner.batch, self.standins
+        p.specdraft_step_begin(self.adapter.benchmark_step_begin(self.events, self.num_scheduled))
+        p.specdraft_bind(type(s)(s.runner, s.scheduler_output))
         rows = p.propose(self.sampled, b.num_tokens_no_spec, b.token_ids_cpu, slot_mappings=None)
         p.specdraft_bind(None)
         self.last_rows = rows
