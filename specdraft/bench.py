@@ -189,9 +189,7 @@ def replay_live(runs: dict, prompts: list[list[int]], k: int, schedule, cost_mod
         factory = METHODS[live.REPLAY_METHODS[m]]
         tot = dict.fromkeys(live.COUNTER_KEYS + ("est_seconds", "target_steps"), 0)
         for x in rs:
-            truths = lookahead or x.outputs
-            requests = [(p, o, t if t[:len(o)] == o else o)
-                        for p, o, t in zip(prompts, x.outputs, truths) if o]
+            requests = _judged_requests(prompts, x, lookahead)
             own = x.counters.get("pass_log")  # what this engine's controller was told
             r = replay_engine(factory(cost_model), requests, k, schedule(x),
                               measured_cost(shared, own))
@@ -204,6 +202,14 @@ def replay_live(runs: dict, prompts: list[list[int]], k: int, schedule, cost_mod
             progress(f"[bench] replayed {m} ({live.REPLAY_METHODS[m]}): drafted {tot['drafted_tokens']}, accepted "
                      f"{tot['accepted_tokens']}")
     return out
+
+
+def _judged_requests(prompts: list[list[int]], run, lookahead: list[list[int]] | None) -> list:
+    """A round's requests for ``replay_engine``: (prompt, output, truth), the truth being no
+    speculation's output past the limits where the round's output is its prefix."""
+    truths = lookahead or run.outputs
+    return [(p, o, t if t[:len(o)] == o else o)
+            for p, o, t in zip(prompts, run.outputs, truths) if o]
 
 
 def replay_ceiling(runs: dict, prompts: list[list[int]], k: int, schedule,
@@ -228,9 +234,7 @@ def replay_ceiling(runs: dict, prompts: list[list[int]], k: int, schedule,
         tot = {"draft_length": length or "per step", "est_seconds": 0.0, "target_steps": 0,
                "accepted_tokens": 0}
         for x in runs["none"]:
-            truths = lookahead or x.outputs
-            requests = [(p, o, t if t[:len(o)] == o else o)
-                        for p, o, t in zip(prompts, x.outputs, truths) if o]
+            requests = _judged_requests(prompts, x, lookahead)
             oracle = OracleMethod(length, {tuple(p): t for p, _, t in requests},
                                   lambda rows, tokens: cost(1 << 62, rows, tokens))
             r = replay_engine(oracle, requests, k, schedule(x), cost)
