@@ -25,6 +25,7 @@ import sys
 import time
 
 from specdraft.cli import parser as cli_parser
+from specdraft.proposers.recycle import MAX_TOP_K
 
 
 def tokenizer_identity(tokenizer) -> str:
@@ -33,9 +34,6 @@ def tokenizer_identity(tokenizer) -> str:
     h = hashlib.sha256(json.dumps(sorted(vocab.items()), ensure_ascii=True).encode()).hexdigest()
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
     return f"{os.path.basename(str(name).rstrip('/'))}:{len(vocab)}:{h[:16]}"
-
-
-MAX_TOP_K = 20  # vLLM's default max_logprobs
 
 
 def topk_ids(position_logprobs: dict, k: int) -> list[int]:

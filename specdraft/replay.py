@@ -37,6 +37,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Iterable
 
 from specdraft.cli import parser as cli_parser
@@ -166,11 +167,11 @@ class SpecdraftRecycleMethod(SpecdraftMethod):
     request's tokens reach the drafter's controller as usual, a recycled draft's acceptance is
     not reported to it (it did not size that draft)."""
 
-    def __init__(self, name: str, options: dict, depth: int = 2,
+    def __init__(self, name: str, options: dict, chain_only: bool = False, depth: int = 2,
                  branching: tuple[int, ...] | None = None, top_k: int = 8):
         from specdraft.proposers.recycle import RecycleTable
 
-        super().__init__(name, options, chain_only=branching is None)
+        super().__init__(name, options, chain_only=chain_only)
         self.table = RecycleTable(top_k)
         self.depth, self.branching = depth, branching
         self._last: dict = {}  # key -> the request's last token
@@ -245,16 +246,6 @@ class OracleMethod(Method):
 
     def finish(self, key):
         self._req.pop(key, None)
-
-
-def _recycle(name: str, strategy: str = "suffix", **kw):
-    def make(cost_model=None, overrides: dict | None = None):
-        opts = {"strategy": strategy, **(overrides or {})}
-        if cost_model is not None:
-            opts["cost_model"] = cost_model
-        return SpecdraftRecycleMethod(name, opts, **kw)
-    make.specdraft = True
-    return make
 
 
 class VllmNgramMethod(Method):
@@ -375,12 +366,14 @@ class HFPromptLookupMethod(Method):
         del self._tokens[key]
 
 
-def _specdraft(name: str, chain_only: bool = False, **options):
+def _specdraft(name: str, chain_only: bool = False, method=SpecdraftMethod, **options):
+    """A specdraft method's factory; ``method`` (a class, or a partial of one) takes
+    (name, options, chain_only=...)."""
     def make(cost_model=None, overrides: dict | None = None):
         opts = {**options, **(overrides or {})}
         if cost_model is not None:
             opts["cost_model"] = cost_model
-        return SpecdraftMethod(name, opts, chain_only=chain_only)
+        return method(name, opts, chain_only=chain_only)
     make.specdraft = True  # takes option overrides (--specdraft-options)
     return make
 
@@ -394,9 +387,11 @@ METHODS = {
     "specdraft-tree-path": _specdraft("specdraft-tree-path", chain_only=True, strategy="tree"),
     "specdraft-lookup": _specdraft("specdraft-lookup", strategy="lookup"),
     # target-logit recycling where the suffix draft is empty (traces recorded with --top-k)
-    "specdraft-recycle": _recycle("specdraft-recycle", depth=2),
-    "specdraft-recycle-tree": _recycle("specdraft-recycle-tree", strategy="tree",
-                                       branching=(4, 2, 1)),
+    "specdraft-recycle": _specdraft("specdraft-recycle", chain_only=True, strategy="suffix",
+                                    method=partial(SpecdraftRecycleMethod, depth=2)),
+    "specdraft-recycle-tree": _specdraft("specdraft-recycle-tree", strategy="tree",
+                                         method=partial(SpecdraftRecycleMethod,
+                                                        branching=(4, 2, 1))),
     "vllm-ngram": lambda cost_model=None: VllmNgramMethod("vllm-ngram"),
     "arctic-suffix": lambda cost_model=None: ArcticSuffixMethod("arctic-suffix"),
     "hf-prompt-lookup": lambda cost_model=None: HFPromptLookupMethod("hf-prompt-lookup"),
