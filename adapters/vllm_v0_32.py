@@ -708,6 +708,69 @@ def apply_sampler_fix() -> str:
     return "applied"
 
 
+# The verifier's copies of the target logits (all platforms' code; applied on CPU, where a copy
+# of a [tokens, vocabulary] float32 tensor is milliseconds a step). vLLM's RejectionSampler.forward
+# keeps the raw target logits for logprobs: it asks the bonus-token sampler for them
+# (max_num_logprobs=-1: a float32 copy of every row's logits) and clones the draft positions'
+# logits before the logits processors write into them. When no request of the batch asks for
+# logprobs neither copy is read. ``lean_rejection_forward`` is that forward without them (same
+# calls, same order, same sampled tokens); batches that ask for logprobs run vLLM's forward.
+# The copy is checked against each release's source (SOURCE_COPIES, test_vllm_source_contract).
+LEAN_SAMPLER_VERSIONS = ((0, 32, 0), (0, 33, 0))
+LEAN_SAMPLER_ENV = "SPECDRAFT_VLLM_LEAN_SAMPLER"  # "0": vLLM's forward, copies included
+# (file, qualified name, digest of the function's AST without its docstring)
+SOURCE_COPIES = (
+    ("vllm/v1/sample/rejection_sampler.py", "RejectionSampler.forward", "a20a032b3ab9fd45"),
+)
+
+
+def lean_rejection_forward(self, metadata, draft_probs, logits, sampling_metadata):
+    """vLLM 0.32's ``RejectionSampler.forward`` for a batch that asks for no logprobs."""
+    import torch
+    from vllm.v1.outputs import SamplerOutput
+    from vllm.v1.sample import rejection_sampler as rs
+
+    if sampling_metadata.max_num_logprobs is not None or sampling_metadata.logprob_token_ids:
+        return self._specdraft_vllm_forward(metadata, draft_probs, logits, sampling_metadata)
+    assert metadata.max_spec_len <= rs.MAX_SPEC_LEN
+    bonus_logits = logits[metadata.bonus_logits_indices]  # a copy: in-place work is safe
+    bonus_token_ids = self.sampler(logits=bonus_logits, sampling_metadata=sampling_metadata,
+                                   predict_bonus_token=True).sampled_token_ids
+    target_logits = logits[metadata.target_logits_indices].to(torch.float32)  # a copy too
+    target_logits = self.apply_logits_processors(target_logits, sampling_metadata, metadata)
+    target_logits = rs.apply_sampling_constraints(target_logits, metadata.cu_num_draft_tokens,
+                                                  sampling_metadata)
+    output_token_ids = rs.rejection_sample(
+        metadata.draft_token_ids, metadata.num_draft_tokens, metadata.max_spec_len,
+        metadata.cu_num_draft_tokens, draft_probs, target_logits, bonus_token_ids,
+        sampling_metadata, synthetic_mode=self.synthetic_mode,
+        synthetic_conditional_rates=self.synthetic_conditional_rates,
+        use_fp64_gumbel=self.use_fp64_gumbel)
+    return SamplerOutput(sampled_token_ids=output_token_ids, logprobs_tensors=None)
+
+
+def lean_sampler_needed(version: tuple[int, int, int]) -> bool:
+    lo, hi = LEAN_SAMPLER_VERSIONS
+    return lo <= version < hi
+
+
+def apply_lean_sampler() -> str:
+    """Make this process's rejection sampler skip the logits copies nobody reads (CPU only)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return "not-cpu"
+    if os.environ.get(LEAN_SAMPLER_ENV, "1") == "0":
+        return "disabled"
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+    if getattr(RejectionSampler, "_specdraft_vllm_forward", None) is not None:
+        return "already"
+    RejectionSampler._specdraft_vllm_forward = RejectionSampler.forward
+    RejectionSampler.forward = lean_rejection_forward
+    return "applied"
+
+
 def top_k_guard_needed(version: tuple[int, int, int]) -> bool:
     lo, hi = TOP_K_GUARD_VERSIONS
     return lo <= version < hi
@@ -799,13 +862,17 @@ SAMPLER_FIX_METHOD = "specdraft_sampler_fix_state"
 
 
 def _worker_sampler_fix_state(worker_wrapper: Any) -> dict:
-    """Whether this worker runs specdraft's fixed CPU expand kernel (SAMPLER_FIX_METHOD)."""
+    """Whether this worker runs specdraft's fixed CPU expand kernel and its lean rejection
+    sampler (SAMPLER_FIX_METHOD)."""
     utils = sys.modules.get("vllm.utils.cpu_triton_utils")
     dispatcher = sys.modules.get("vllm.triton_utils.dispatcher")
     registry = getattr(dispatcher, "_registry", {}) if dispatcher is not None else {}
     registered = registry.get(_EXPAND_KERNEL, (None, None))[1]
+    sampler = sys.modules.get("vllm.v1.sample.rejection_sampler")
+    forward = getattr(getattr(sampler, "RejectionSampler", None), "forward", None)
     return {"fixed": bool(getattr(utils, "_specdraft_fixed", False)),
-            "registered_is_fixed": registered is expand_kernel_impl}
+            "registered_is_fixed": registered is expand_kernel_impl,
+            "lean": forward is lean_rejection_forward}
 
 
 def install_worker_methods() -> None:

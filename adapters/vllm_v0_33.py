@@ -28,3 +28,6 @@ from specdraft.adapters.vllm_v0_32 import (  # noqa: F401 - names the star impor
     _peer_config, _request_speculates, _runner_class, _step_begin)
 
 SUPPORTED = ((0, 33, 0), (0, 34, 0))
+# 0.33's RejectionSampler.forward passes three more arguments to rejection_sample, and 0.33 has no
+# CPU build: the lean verification copy (LEAN_SAMPLER_VERSIONS, 0.32 only) is not checked here.
+SOURCE_COPIES = ()

@@ -56,15 +56,21 @@ def register() -> None:
 
 
 def apply_sampler_fix(adapter: Any) -> None:
-    """Fix this worker's CPU rejection sampler on affected vLLM versions (logged once per
-    process). Called by specdraft's proposers: only engines that verify specdraft's drafts."""
+    """Fix this worker's CPU rejection sampler on affected vLLM versions, and drop its unread
+    logits copies (each logged once per process). Called by specdraft's proposers: only engines
+    that verify specdraft's drafts."""
     from specdraft.adapters import installed_vllm_version, parse_version
 
     version = installed_vllm_version()
+    log = adapter.logger()
+    if adapter.lean_sampler_needed(parse_version(version)) \
+            and adapter.apply_lean_sampler() == "applied":
+        log.info("specdraft: vLLM %s's CPU rejection sampler skips its copies of the target "
+                 "logits for batches that ask for no logprobs (%s=0 keeps them)", version,
+                 adapter.LEAN_SAMPLER_ENV)
     if not adapter.sampler_fix_needed(parse_version(version)):
         return
     outcome = adapter.apply_sampler_fix()
-    log = adapter.logger()
     if outcome == "applied":
         log.info("specdraft: fixed the CPU rejection sampler of vLLM %s (vllm-project/vllm "
                  "PR #55006: expand_kernel wrote temperature/top-k/top-p into a temporary copy, so "

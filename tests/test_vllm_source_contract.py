@@ -254,3 +254,34 @@ def test_peer_proposers_read_only_what_the_adapters_stand_in_config_holds(
                     break
                 obj = getattr(obj, name)
     assert not problems, f"vLLM {_fmt(version)} ({src.where}):\n" + "\n".join(problems)
+
+
+def source_digest(fn: ast.FunctionDef) -> str:
+    """A function's AST without its docstring, hashed: what SOURCE_COPIES records."""
+    import copy
+    import hashlib
+
+    fn = copy.deepcopy(fn)
+    if fn.body and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant):
+        fn.body = fn.body[1:]
+    return hashlib.sha256(ast.dump(fn).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("version,module", ADAPTERS)
+def test_every_function_the_adapter_copies_is_unchanged(version, module, sources):
+    """An adapter that replaces a vLLM function with its own version of it (the lean rejection
+    sampler) names the release's function by digest: a release that edits it fails here."""
+    src = sources(version)
+    adapter = importlib.import_module(module)
+    lo, hi = adapter.LEAN_SAMPLER_VERSIONS
+    if lo <= version < hi:  # the adapter applies its copy to this release: it must be checked
+        assert any(q == "RejectionSampler.forward" for _, q, _ in adapter.SOURCE_COPIES)
+    problems = []
+    for path, qualname, digest in adapter.SOURCE_COPIES:
+        fn = _find(src.tree(path), qualname)
+        if not isinstance(fn, ast.FunctionDef):
+            problems.append(f"{path}: {qualname} is missing")
+        elif source_digest(fn) != digest:
+            problems.append(f"{path}: {qualname} changed (digest {source_digest(fn)}, the "
+                            f"adapter copied {digest})")
+    assert not problems, f"vLLM {_fmt(version)} ({src.where}):\n" + "\n".join(problems)
