@@ -18,7 +18,7 @@ vLLM 0.33.0 (the GPU release; no CPU build) was read against every fact of the 0
   ``propose`` signatures.
 
 So this adapter is 0.32's with its own supported range; a fact that changes in a later release
-is overridden here, not edited in the 0.32 module.
+is overridden here, not edited in the 0.32 package.
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""Peers and stand-ins for benchmarks (specdraft overhead, replay) on vLLM 0.32: vLLM's own
+ngram and suffix proposers built by their own ``__init__``, and the runner objects the step
+hooks read.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from specdraft.adapters.vllm_v0_32.runner import StepBegin, StepView
+
+
+def _peer_config(num_speculative_tokens: int, max_model_len: int, max_num_seqs: int,
+                 **speculative: Any) -> Any:
+    """The VllmConfig attributes 0.32's ngram and suffix proposers read in ``__init__``."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=num_speculative_tokens,
+                                           **speculative),
+        model_config=SimpleNamespace(max_model_len=max_model_len),
+        scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1))
+
+
+def ngram_config(num_speculative_tokens: int, prompt_lookup_min: int, prompt_lookup_max: int,
+                 max_model_len: int, max_num_seqs: int) -> Any:
+    return _peer_config(num_speculative_tokens, max_model_len, max_num_seqs,
+                        prompt_lookup_min=prompt_lookup_min, prompt_lookup_max=prompt_lookup_max)
+
+
+def ngram_proposer(num_speculative_tokens: int, prompt_lookup_min: int, prompt_lookup_max: int,
+                   max_model_len: int, max_num_seqs: int) -> Any:
+    """vLLM's ``NgramProposer`` (its __init__ runs the numba JIT warm-up)."""
+    from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+
+    return NgramProposer(ngram_config(num_speculative_tokens, prompt_lookup_min,
+                                      prompt_lookup_max, max_model_len, max_num_seqs))
+
+
+def ngram_propose(proposer: Any, num_speculative_tokens: int, sampled_token_ids, num_tokens_no_spec,
+                  token_ids_cpu) -> list[list[int]]:
+    """What GPUModelRunner.propose_draft_token_ids passes to the ngram proposer."""
+    return proposer.propose(num_speculative_tokens, sampled_token_ids, num_tokens_no_spec,
+                            token_ids_cpu, slot_mappings=None)
+
+
+def ngram_match_function() -> Callable:
+    """vLLM's per-request n-gram match (``_find_longest_matched_ngram_and_propose_tokens``)."""
+    from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
+
+    return _find_longest_matched_ngram_and_propose_tokens
+
+
+# vLLM 0.32 defaults of the suffix method's options
+SUFFIX_DEFAULTS = dict(suffix_decoding_max_tree_depth=24, suffix_decoding_max_cached_requests=10000,
+                       suffix_decoding_max_spec_factor=1.0, suffix_decoding_min_token_prob=0.1)
+
+
+def suffix_config(num_speculative_tokens: int, max_model_len: int, **options: Any) -> Any:
+    return _peer_config(num_speculative_tokens, max_model_len, 1, **{**SUFFIX_DEFAULTS, **options})
+
+
+def suffix_proposer(num_speculative_tokens: int, max_model_len: int, **options: Any) -> Any:
+    """vLLM's ``SuffixDecodingProposer`` (arctic-inference's suffix cache behind it)."""
+    from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
+
+    return SuffixDecodingProposer(suffix_config(num_speculative_tokens, max_model_len, **options))
+
+
+def suffix_propose(proposer: Any, num_speculative_tokens: int, input_batch: Any,
+                   sampled_token_ids) -> list[list[int]]:
+    """What GPUModelRunner.propose_draft_token_ids passes to the suffix proposer."""
+    return proposer.propose(num_speculative_tokens, input_batch, sampled_token_ids,
+                            slot_mappings=None)
+
+
+class BatchStandIn:
+    """The part of 0.32's ``InputBatch`` the suffix proposer and specdraft's hooks read."""
+
+    def __init__(self, token_ids_cpu: np.ndarray, num_prompt_tokens: np.ndarray,
+                 req_ids: list[str]):
+        self.token_ids_cpu = token_ids_cpu
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_tokens_no_spec = num_prompt_tokens.astype(np.int32).copy()
+        self.req_ids = req_ids
+        self.req_id_to_index = {r: i for i, r in enumerate(req_ids)}
+
+
+def benchmark_step_view(input_batch: BatchStandIn, scheduled_spec_decode_tokens: dict,
+                        num_speculative_tokens: int) -> StepView:
+    """A StepView over stand-ins of the runner and scheduler output (requests without
+    per-request options), for driving ``SpecdraftProposer.propose`` outside an engine."""
+    from types import SimpleNamespace
+
+    runner = SimpleNamespace(input_batch=input_batch,
+                             requests={r: None for r in input_batch.req_ids})
+    out = SimpleNamespace(scheduled_spec_decode_tokens=scheduled_spec_decode_tokens,
+                          num_spec_tokens_to_schedule=num_speculative_tokens)
+    return StepView(runner, out)
+
+
+def benchmark_step_begin(finished: list[tuple[str, bool]], num_scheduled_tokens: int) -> StepBegin:
+    return StepBegin(finished, num_scheduled_tokens, time.perf_counter())

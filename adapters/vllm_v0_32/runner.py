@@ -1,0 +1,335 @@
+"""vLLM 0.32 model-runner hooks: request identity for each ``propose`` call.
+
+``install_runner_hooks`` wraps ``GPUModelRunner.execute_model`` (a ``StepBegin``: the requests
+that ended since the last step, the tokens scheduled, new requests' scopes) and
+``propose_draft_token_ids`` (a bound ``StepView`` over the runner's batch and scheduler output).
+``StepRows`` is one propose call as ``SpecDrafter.step`` arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import time
+from itertools import repeat
+from typing import Any, Callable
+
+import numpy as np
+
+from specdraft.adapters.vllm_v0_32.config import request_scope
+from specdraft.proposers.base import accepted_count
+
+
+@dataclasses.dataclass
+class StepBegin:
+    """What a step tells before the runner updates its batch."""
+
+    finished: list[tuple[str, bool]]  # (req_id, aborted) for requests that ended since last step
+    num_scheduled_tokens: int         # tokens the target scores this step
+    started_at: float                 # perf_counter() at execute_model entry
+    scopes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    #                                   (req_id, scope) of new salted requests
+
+
+def _stop_token_ids(sampling_params: Any) -> set[int]:
+    stops = set(getattr(sampling_params, "stop_token_ids", None) or ())
+    eos = getattr(sampling_params, "eos_token_id", None)
+    if eos is not None and not getattr(sampling_params, "ignore_eos", False):
+        stops.add(eos)
+    return stops
+
+
+def ended_normally(req_state: Any, max_model_len: int, lookback: int) -> bool:
+    """Did a request in ``finished_req_ids`` stop on its own (stop token, max_tokens, length)?
+
+    The engine core reports finished and aborted requests alike. vLLM implements stop strings
+    as an abort from the front end, so those count as aborted here too.
+    """
+    sp = getattr(req_state, "sampling_params", None)
+    out = getattr(req_state, "output_token_ids", None) or []
+    if sp is None:
+        return False
+    max_tokens = getattr(sp, "max_tokens", None)
+    if max_tokens is not None and len(out) >= max_tokens:
+        return True
+    if req_state.num_tokens >= max_model_len:
+        return True
+    # With speculation, tokens accepted after a stop token stay in the runner's copy.
+    stops = _stop_token_ids(sp)
+    return bool(stops) and any(t in stops for t in out[-lookback:])
+
+
+def stopped_in_step(req_state: Any, max_model_len: int, num_sampled: int) -> bool:
+    """Did the tokens sampled in this step end the request (the scheduler will finish it)?
+
+    Read in the step itself, so a request's history reaches the global cache without waiting
+    for the next step (``finished_req_ids`` arrives only then, if traffic goes on at all).
+    ``runner.requests[id].output_token_ids`` already holds this step's tokens at ``propose``.
+    Stop strings are found by the front end, which then aborts: those wait for the next step.
+    """
+    sp = getattr(req_state, "sampling_params", None)
+    out = getattr(req_state, "output_token_ids", None)
+    if sp is None or out is None or num_sampled <= 0:
+        return False
+    n = len(out)
+    max_tokens = getattr(sp, "max_tokens", None)
+    if (max_tokens is not None and n >= max_tokens) or req_state.num_tokens >= max_model_len:
+        return True
+    # As the scheduler's check_stop: a stop token ends the request whatever min_tokens says
+    # (the min_tokens logits processor keeps stop tokens from being sampled before then).
+    stops = _stop_token_ids(sp)
+    return bool(stops) and any(t in stops for t in out[n - num_sampled:])
+
+
+def _request_speculates(req_state: Any) -> bool:
+    from specdraft.proposers.config import request_speculates
+
+    sp = getattr(req_state, "sampling_params", None)
+    return request_speculates(getattr(sp, "extra_args", None) if sp is not None else None)
+
+
+class StepView:
+    """Request identity for one ``propose`` call, read from the model runner."""
+
+    def __init__(self, runner: Any, scheduler_output: Any):
+        self.runner = runner
+        self.scheduler_output = scheduler_output
+
+    def budget(self, num_speculative_tokens: int) -> int:
+        n = getattr(self.scheduler_output, "num_spec_tokens_to_schedule", 0) or 0
+        return min(num_speculative_tokens, n) if n > 0 else num_speculative_tokens
+
+    def verified(self, sampled_token_ids: list[list[int]]) -> tuple[int, int, int]:
+        """(drafts, draft tokens, accepted tokens) verified in this step, counted as the
+        scheduler counts ``vllm:spec_decode_*`` (``Scheduler.update_from_output``)."""
+        scheduled = self.scheduler_output.scheduled_spec_decode_tokens
+        if not scheduled:
+            return 0, 0, 0
+        invalid = getattr(self.scheduler_output, "num_invalid_spec_tokens", None) or {}
+        req_ids = self.runner.input_batch.req_ids
+        drafts = draft_tokens = accepted = 0
+        for i, sampled in enumerate(sampled_token_ids):
+            spec = scheduled.get(req_ids[i]) if sampled else None
+            if spec:
+                drafts += 1
+                draft_tokens += len(spec) - invalid.get(req_ids[i], 0)
+                accepted += max(len(sampled) - 1, 0)
+        return drafts, draft_tokens, accepted
+
+    def live_req_ids(self):
+        return self.runner.requests.keys()
+
+    def step_rows(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
+                  num_speculative_tokens: int, max_model_len: int, speculates: Any) -> "StepRows":
+        """The batch as flat arrays, for ``SpecDrafter.step`` (no Python loop over rows that
+        decode; rows still in prefill emit nothing and are left out)."""
+        num_rows = len(sampled_token_ids)
+        batch = self.runner.input_batch
+        all_ids = batch.req_ids
+        if len(all_ids) < num_rows:
+            raise RuntimeError(
+                f"vLLM batch has {len(all_ids)} request ids for {num_rows} rows")
+        emitted = list(map(len, sampled_token_ids))
+        num_tokens = num_tokens_no_spec[:num_rows]
+        num_prompt = batch.num_prompt_tokens[:num_rows]
+        if 0 in emitted:  # some rows are still in prefill
+            rows = [i for i, e in enumerate(emitted) if e]
+            req_ids = [all_ids[i] for i in rows]
+            emitted = [emitted[i] for i in rows]
+            num_tokens, num_prompt = num_tokens[rows], num_prompt[rows]
+        else:
+            rows, req_ids = None, all_ids[:num_rows]
+        scheduled = self.scheduler_output.scheduled_spec_decode_tokens
+        num_drafted = map(len, map(scheduled.get, req_ids, repeat(())))
+        num_accepted = list(map(accepted_count, emitted, num_drafted))
+        budget = self.budget(num_speculative_tokens)
+        wanted = list(map(speculates.__getitem__, req_ids))
+        # requests this step's tokens ended: finished (into the global cache) in this step, not
+        # at the next one (finished_req_ids arrives only then, if traffic goes on at all)
+        requests = self.runner.requests
+        ended = [r for r, e in zip(req_ids, emitted)
+                 if stopped_in_step(requests.get(r), max_model_len, e)]
+        if ended:
+            gone = set(ended)
+            wanted = [w and r not in gone for w, r in zip(wanted, req_ids)]
+        caps = budget if all(wanted) else [budget if w else 0 for w in wanted]
+        return StepRows(num_rows, rows, req_ids, num_tokens, num_prompt, caps, num_accepted,
+                        emitted, max_model_len - 1, ended)
+
+    def request_speculates(self, req_id: str) -> bool:
+        req_state = self.runner.requests.get(req_id)
+        return req_state is None or _request_speculates(req_state)
+
+    def engine_step(self, engine: Any, core: Any, args: tuple, kwargs: dict,
+                    num_speculative_tokens: int, max_model_len: int, finished: list,
+                    aborted: list, scored_tokens: int, scored_seconds: float) -> list[list[int]]:
+        """The propose call handed to the native engine step (proposers/native/engine_step.h)
+        with vLLM's arrays as they are: the same rows, accepted counts, caps and ended requests
+        as ``step_rows`` (its plain-Python twin), and vLLM's ``list[list[int]]`` back.
+
+        0.32 facts it relies on: at ``propose`` the sampled tokens are already in
+        ``token_ids_cpu[i, :num_tokens_no_spec[i]]``, and ``num_tokens_no_spec[i]`` equals
+        ``requests[req_ids[i]].num_tokens`` (= ``num_prompt_tokens[i]`` + its output tokens).
+        """
+        if len(args) >= 3:  # propose_arguments' fast path, inlined: this runs every step
+            sampled, num_tokens_no_spec, token_ids_cpu = args[0], args[1], args[2]
+        else:
+            sampled, num_tokens_no_spec, token_ids_cpu = propose_arguments(args, kwargs)
+        batch = self.runner.input_batch
+        out = self.scheduler_output
+        n = getattr(out, "num_spec_tokens_to_schedule", 0) or 0  # budget(), inlined (every step)
+        budget = num_speculative_tokens if n <= 0 or n > num_speculative_tokens else n
+        return engine.step(core, batch.req_ids, sampled, num_tokens_no_spec, token_ids_cpu,
+                           batch.num_prompt_tokens, out.scheduled_spec_decode_tokens, budget,
+                           max_model_len - 1, max_model_len, self.request_rule, finished, aborted,
+                           scored_tokens, scored_seconds)
+
+    def request_rule(self, req_id: str) -> tuple | None:
+        """What the native step needs of a request, asked once: (speculates, max_tokens,
+        stop token ids), the rules of ``request_speculates`` and ``stopped_in_step``; None
+        for a request without sampling parameters (speculates, never ended here)."""
+        req_state = self.runner.requests.get(req_id)
+        sp = getattr(req_state, "sampling_params", None)
+        if sp is None or getattr(req_state, "output_token_ids", None) is None:
+            return None
+        return (_request_speculates(req_state), getattr(sp, "max_tokens", None),
+                tuple(_stop_token_ids(sp)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine step: vLLM's propose call as SpecDrafter.step arguments
+# ---------------------------------------------------------------------------------------------
+
+# vLLM 0.32 calls ``drafter.propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
+# slot_mappings=...)`` (GPUModelRunner.propose_draft_token_ids, custom_class branch).
+PROPOSE_PARAMS = ("sampled_token_ids", "num_tokens_no_spec", "token_ids_cpu", "slot_mappings")
+
+
+def propose_arguments(args: tuple, kwargs: dict) -> tuple[list[list[int]], Any, Any]:
+    """(sampled_token_ids, num_tokens_no_spec, token_ids_cpu) from vLLM's propose call."""
+    if len(args) >= 3:
+        return args[0], args[1], args[2]
+    bound = dict(zip(PROPOSE_PARAMS, args))
+    bound.update(kwargs)
+    try:
+        return bound["sampled_token_ids"], bound["num_tokens_no_spec"], bound["token_ids_cpu"]
+    except KeyError as e:
+        raise TypeError(f"propose() called without {e.args[0]}; vLLM 0.32 passes "
+                        f"{', '.join(PROPOSE_PARAMS)}") from None
+
+
+@dataclasses.dataclass
+class StepRows:
+    """One propose call as ``SpecDrafter.step`` arguments (per-row values: lists or arrays)."""
+
+    num_rows: int           # rows in vLLM's batch (len(sampled_token_ids))
+    rows: Any               # the batch rows handed to the drafter (None: all of them; rows still
+    #                         in prefill emit nothing and are left out)
+    req_ids: list           # their request ids
+    num_tokens: Any
+    num_prompt_tokens: Any
+    caps: Any               # an int for every row, or one per row (0: the request opted out)
+    num_accepted: Any
+    num_emitted: Any
+    # A sequence may not grow past max_model_len, and the step emits one token past the draft:
+    # a draft ends at max_model_len - 1 tokens. (vLLM also skips drafting for a step whose
+    # longest sequence + K exceeds max_model_len.)
+    max_len: int
+    ended: list = dataclasses.field(default_factory=list)  # requests this step's tokens ended
+
+
+def stateless_rows(sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
+                   num_speculative_tokens: int, max_model_len: int) -> StepRows:
+    """Rows without request ids (propose called outside the runner hook): each row its own
+    throwaway request."""
+    num_rows = len(sampled_token_ids)
+    rows = [i for i, s in enumerate(sampled_token_ids) if s]
+    num_tokens = np.asarray(num_tokens_no_spec[:num_rows], dtype=np.int64)[rows]
+    return StepRows(num_rows, rows, [f"specdraft-row-{i}" for i in rows], num_tokens, num_tokens,
+                    num_speculative_tokens, None, None, max_model_len - 1)
+
+
+def _runner_class():
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    return GPUModelRunner
+
+
+def _has_params(fn: Callable, names: tuple[str, ...]) -> bool:
+    params = list(inspect.signature(fn).parameters)
+    return params[: len(names)] == list(names)
+
+
+def install_runner_hooks() -> str | None:
+    """Wrap the runner's step entry and propose call site; None on success, else the reason.
+
+    Called from the proposer's constructor: the runner module is loaded by then (it is building
+    the proposer), and engines without a specdraft proposer are never touched. The wrappers do
+    nothing unless the runner's drafter has ``specdraft_step_begin``/``specdraft_bind``.
+    """
+    try:
+        runner_cls = _runner_class()
+    except Exception as e:  # noqa: BLE001
+        return f"cannot import vLLM's model runner ({e!r})"
+    if getattr(runner_cls, "_specdraft_hooked", False):
+        return None
+    execute_model = getattr(runner_cls, "execute_model", None)
+    propose = getattr(runner_cls, "propose_draft_token_ids", None)
+    if execute_model is None or propose is None:
+        return "vLLM's model runner has no execute_model/propose_draft_token_ids"
+    if not (_has_params(execute_model, ("self", "scheduler_output"))
+            and _has_params(propose, ("self", "scheduler_output", "sampled_token_ids"))):
+        return "vLLM's model runner methods have unexpected signatures"
+
+    @functools.wraps(execute_model)
+    def execute_model_hooked(self, scheduler_output, *args, **kwargs):
+        drafter = getattr(self, "drafter", None)
+        step_begin = getattr(drafter, "specdraft_step_begin", None)
+        if step_begin is not None:
+            try:
+                step_begin(_step_begin(self, scheduler_output))
+            except Exception as e:  # noqa: BLE001 - never take the engine down
+                getattr(drafter, "specdraft_hook_failed", lambda e: None)(e)
+        return execute_model(self, scheduler_output, *args, **kwargs)
+
+    @functools.wraps(propose)
+    def propose_hooked(self, scheduler_output, *args, **kwargs):
+        bind = getattr(getattr(self, "drafter", None), "specdraft_bind", None)
+        if bind is None:
+            return propose(self, scheduler_output, *args, **kwargs)
+        view = StepView(self, scheduler_output)
+        verified = getattr(self.drafter, "specdraft_verified", None)
+        sampled = args[0] if args else kwargs.get("sampled_token_ids")
+        if verified is not None and sampled is not None:
+            try:
+                verified(*view.verified(sampled))
+            except Exception as e:  # noqa: BLE001 - never take the engine down
+                getattr(self.drafter, "specdraft_hook_failed", lambda e: None)(e)
+        bind(view)
+        try:
+            return propose(self, scheduler_output, *args, **kwargs)
+        finally:
+            bind(None)
+
+    runner_cls.execute_model = execute_model_hooked
+    runner_cls.propose_draft_token_ids = propose_hooked
+    runner_cls._specdraft_hooked = True
+    return None
+
+
+def _step_begin(runner: Any, scheduler_output: Any) -> StepBegin:
+    max_model_len = runner.max_model_len
+    lookback = runner.num_spec_tokens + 1 if getattr(runner, "num_spec_tokens", 0) else 1
+    finished = []
+    for req_id in scheduler_output.finished_req_ids:
+        req_state = runner.requests.get(req_id)
+        aborted = req_state is None or not ended_normally(req_state, max_model_len, lookback)
+        finished.append((req_id, aborted))
+    scopes = []
+    for new in scheduler_output.scheduled_new_reqs:
+        scope = request_scope(new.sampling_params)
+        if scope is not None:
+            scopes.append((new.req_id, scope))
+    return StepBegin(finished, int(scheduler_output.total_num_scheduled_tokens),
+                     time.perf_counter(), scopes)
