@@ -1,0 +1,308 @@
+"""The drafting methods ``specdraft replay`` drives through a trace: every specdraft strategy,
+vLLM's ``ngram`` function, arctic-inference's ``SuffixDecodingCache``, Hugging Face's prompt
+lookup, an oracle and no drafts. ``METHODS`` makes each by name."""
+
+from __future__ import annotations
+
+from functools import partial
+
+
+class Method:
+    """One drafting method driven through a trace: requests are keys, several may be in flight."""
+    name = "method"
+
+    def new_key(self) -> int:
+        self._last_key = getattr(self, "_last_key", 0) + 1
+        return self._last_key
+
+    def start(self, key, prompt: list[int], scope: str | None = None) -> None:
+        """``scope``: the record's tenant scope (specdraft replays each as its own pool; the
+        peer methods have one global cache and ignore it)."""
+    def extend(self, key, tokens: list[int], num_accepted: int | None) -> None: ...
+    def draft(self, key, max_k: int) -> tuple[list[int], list[int]]:
+        """(token_ids, parents) of the draft; a chain has parents i-1."""
+        raise NotImplementedError
+
+    def draft_batch(self, keys, max_k: int, batch: tuple | None = None) -> list[tuple[list[int], list[int]]]:
+        """Drafts of the requests ``keys`` for one pass; ``batch`` = (requests, sum of contexts,
+        longest context) of the whole pass (only a method that sizes drafts by cost reads it)."""
+        return [self.draft(k, max_k) for k in keys]
+
+    def finish(self, key) -> None: ...
+
+
+class NoDraftMethod(Method):
+    """No speculation: the schedule without drafts (the reference a replay is priced against)."""
+    name = "no-drafts"
+
+    def draft(self, key, max_k):
+        return [], []
+
+
+class SpecdraftMethod(Method):
+    ends_in_step = True  # in an engine, specdraft's step finishes a request that reached its limit
+
+    def __init__(self, name: str, options: dict, chain_only: bool = False):
+        from specdraft.proposers import make_drafter
+        self.name = name
+        self.drafter = make_drafter(options, chain_only=chain_only)
+
+    def start(self, key, prompt, scope=None):
+        self.drafter.start(key, prompt, scope=scope)
+
+    def extend(self, key, tokens, num_accepted):
+        self.drafter.extend(key, tokens, num_accepted)
+
+    def draft_batch(self, keys, max_k, batch=None):
+        return [(t.token_ids, t.parents) for t in self.drafter.draft_batch(keys, max_k, batch)]
+
+    def draft(self, key, max_k):
+        return self.draft_batch([key], max_k)[0]
+
+    def report_step(self, tokens: int, seconds: float) -> None:
+        self.drafter.report_step(tokens, seconds)
+
+    def finish(self, key):
+        self.drafter.finish(key)
+
+
+class SpecdraftRecycleMethod(SpecdraftMethod):
+    """specdraft's suffix drafts and, where the drafter sends none, a draft from the recycled
+    top-k table (``proposers/recycle.py``): a chain of ``depth`` first choices, or with
+    ``branching`` a tree (engines that verify trees). The replay feeds the table the top-k of
+    every position it emits (``observe_topk``, from traces recorded with ``--top-k``); a
+    request's tokens reach the drafter's controller as usual, a recycled draft's acceptance is
+    not reported to it (it did not size that draft)."""
+
+    def __init__(self, name: str, options: dict, chain_only: bool = False, depth: int = 2,
+                 branching: tuple[int, ...] | None = None, top_k: int = 8):
+        from specdraft.proposers.recycle import RecycleTable
+
+        super().__init__(name, options, chain_only=chain_only)
+        self.table = RecycleTable(top_k)
+        self.depth, self.branching = depth, branching
+        self._last: dict = {}  # key -> the request's last token
+        self._recycled: set = set()  # keys whose pending draft came from the table
+
+    def start(self, key, prompt, scope=None):
+        super().start(key, prompt, scope)
+        self._last[key] = prompt[-1]
+
+    def observe_topk(self, key, tokens, topk):
+        """``tokens`` were emitted at positions whose target top-k were ``topk``: each
+        position's input is the token before it."""
+        self.table.update([self._last[key]] + list(tokens[:-1]), topk)
+
+    def extend(self, key, tokens, num_accepted):
+        if key in self._recycled:
+            self._recycled.discard(key)
+            num_accepted = None
+        super().extend(key, tokens, num_accepted)
+        if tokens:
+            self._last[key] = tokens[-1]
+
+    def draft_batch(self, keys, max_k, batch=None):
+        out = super().draft_batch(keys, max_k, batch)
+        for i, key in enumerate(keys):
+            if out[i][0] or max_k <= 0:
+                continue
+            last = self._last[key]
+            t = (self.table.tree(last, self.branching, max_k) if self.branching
+                 else self.table.chain(last, min(self.depth, max_k)))
+            if t.token_ids:
+                out[i] = (t.token_ids, t.parents)
+                self._recycled.add(key)
+        return out
+
+    def finish(self, key):
+        super().finish(key)
+        self._last.pop(key, None)
+        self._recycled.discard(key)
+
+
+class OracleMethod(Method):
+    """Drafts the target's own continuation (all accepted), ``length`` tokens a step; or with
+    ``pass_cost(rows, tokens) -> seconds`` and no length, each step the length (the same for
+    every row) that emits the most tokens per second of that pass. ``truths``: each prompt's
+    continuation, keyed by the prompt's tokens."""
+    ends_in_step = True
+
+    def __init__(self, length: int | None, truths: dict, pass_cost=None):
+        self.name = f"oracle-{length or 'per-step'}"
+        self.length, self.truths, self.pass_cost = length, truths, pass_cost
+        self._req: dict = {}  # key -> [continuation, tokens emitted]
+
+    def draft_batch(self, keys, max_k, batch=None):
+        if self.length is None and keys:
+            rows = len(keys)
+            self._step_length = max(range(max_k + 1), key=lambda n: rows * (n + 1) / (
+                self.pass_cost(rows, rows * (n + 1)) or float("inf")))
+        return [self.draft(k, max_k) for k in keys]
+
+    def start(self, key, prompt, scope=None):
+        self._req[key] = [self.truths[tuple(prompt)], 0]
+
+    def extend(self, key, tokens, num_accepted):
+        self._req[key][1] += len(tokens)
+
+    def draft(self, key, max_k):
+        truth, pos = self._req[key]
+        length = self.length if self.length is not None else self._step_length
+        toks = truth[pos:pos + min(length, max_k)]
+        return toks, list(range(-1, len(toks) - 1))
+
+    def finish(self, key):
+        self._req.pop(key, None)
+
+
+class VllmNgramMethod(Method):
+    """vLLM's ``ngram`` proposer: its own numba function, as its NgramProposer calls it.
+
+    n-gram sizes 2..5, as `specdraft bench` configures it live (vLLM defaults to 5..5 when neither
+    is given).
+    """
+
+    def __init__(self, name: str, prompt_lookup_min: int = 2, prompt_lookup_max: int = 5,
+                 max_model_len: int = 1 << 30):
+        import numpy as np
+
+        from specdraft.adapters import vllm_adapter
+        self.name = name
+        self._np = np
+        self._fn = vllm_adapter().ngram_match_function()
+        self.min_n, self.max_n, self.max_model_len = prompt_lookup_min, prompt_lookup_max, max_model_len
+        self._bufs: dict = {}  # key -> [buffer, length]
+
+    def start(self, key, prompt, scope=None):
+        self._bufs[key] = [self._np.zeros(1024, dtype=self._np.int32), 0]
+        self._append(key, prompt)
+
+    def _append(self, key, tokens):
+        np = self._np
+        st = self._bufs[key]
+        buf, n = st
+        need = n + len(tokens)
+        if need > len(buf):
+            grown = np.zeros(max(need, 2 * len(buf)), dtype=np.int32)
+            grown[:n] = buf[:n]
+            st[0] = buf = grown
+        buf[n:need] = tokens
+        st[1] = need
+
+    def extend(self, key, tokens, num_accepted):
+        self._append(key, tokens)
+
+    def draft(self, key, max_k):
+        buf, n = self._bufs[key]
+        d = self._fn(buf[:n], self.min_n, self.max_n, self.max_model_len, max_k)
+        toks = [int(t) for t in d]
+        return toks, list(range(-1, len(toks) - 1))
+
+    def finish(self, key):
+        del self._bufs[key]
+
+
+class ArcticSuffixMethod(Method):
+    """arctic-inference's SuffixDecodingCache, driven the way vLLM's ``suffix`` method drives it."""
+
+    def __init__(self, name: str, max_tree_depth: int = 24, max_cached_requests: int = 10000,
+                 max_spec_factor: float = 1.0, min_token_prob: float = 0.1):
+        import numpy as np
+        from arctic_inference.suffix_decoding import SuffixDecodingCache
+        self.name = name
+        self._np = np
+        self.cache = SuffixDecodingCache(max_tree_depth=max_tree_depth,
+                                         max_cached_requests=max_cached_requests)
+        self.depth, self.factor, self.min_prob = max_tree_depth, max_spec_factor, min_token_prob
+        self._tokens: dict = {}
+        self._prompt: dict = {}
+
+    def start(self, key, prompt, scope=None):
+        self._tokens[key] = list(prompt)
+        self._prompt[key] = list(prompt)
+
+    def extend(self, key, tokens, num_accepted):
+        rid = str(key)
+        prompt = self._prompt.pop(key, None)
+        if prompt is not None:  # vLLM starts the request when the first token is sampled
+            self.cache.start_request(rid, self._np.asarray(prompt, dtype=self._np.int32))
+        self.cache.add_active_response(rid, list(tokens))
+        self._tokens[key].extend(tokens)
+
+    def draft(self, key, max_k):
+        pattern = self._np.asarray(self._tokens[key][-self.depth:], dtype=self._np.int32)
+        d = self.cache.speculate(str(key), pattern, max_spec_tokens=max_k,
+                                 max_spec_factor=self.factor, min_token_prob=self.min_prob)
+        return list(d.token_ids), list(d.parents)
+
+    def finish(self, key):
+        self.cache.stop_request(str(key))
+        del self._tokens[key]
+
+
+class HFPromptLookupMethod(Method):
+    """Hugging Face's prompt lookup decoding (transformers' PromptLookupCandidateGenerator)."""
+
+    def __init__(self, name: str, max_matching_ngram_size: int = 2):
+        import torch
+        from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+        self.name = name
+        self._torch = torch
+        self._cls = PromptLookupCandidateGenerator
+        self.ngram = max_matching_ngram_size
+        self._tokens: dict = {}
+
+    def start(self, key, prompt, scope=None):
+        self._tokens[key] = list(prompt)
+
+    def extend(self, key, tokens, num_accepted):
+        self._tokens[key].extend(tokens)
+
+    def draft(self, key, max_k):
+        if max_k <= 0:
+            return [], []
+        tokens = self._tokens[key]
+        gen = self._cls(num_output_tokens=max_k, max_matching_ngram_size=self.ngram,
+                        max_length=len(tokens) + max_k + 1)
+        ids = self._torch.tensor([tokens], dtype=self._torch.long)
+        cand, _ = gen.get_candidates(ids)
+        toks = cand[0, len(tokens):].tolist()
+        return toks, list(range(-1, len(toks) - 1))
+
+    def finish(self, key):
+        del self._tokens[key]
+
+
+def _specdraft(name: str, chain_only: bool = False, method=SpecdraftMethod, **options):
+    """A specdraft method's factory; ``method`` (a class, or a partial of one) takes
+    (name, options, chain_only=...)."""
+    def make(cost_model=None, overrides: dict | None = None):
+        opts = {**options, **(overrides or {})}
+        if cost_model is not None:
+            opts["cost_model"] = cost_model
+        return method(name, opts, chain_only=chain_only)
+    make.specdraft = True  # takes option overrides (--specdraft-options)
+    return make
+
+
+METHODS = {
+    "specdraft-suffix": _specdraft("specdraft-suffix", strategy="suffix"),
+    "specdraft-suffix-fixed": _specdraft("specdraft-suffix-fixed", strategy="suffix", adaptive=False),
+    "specdraft-tree": _specdraft("specdraft-tree", strategy="tree"),
+    "specdraft-tree-fixed": _specdraft("specdraft-tree-fixed", strategy="tree", adaptive=False),
+    # the tree reduced to its best path, as specdraft runs in chain-verifying engines (vLLM)
+    "specdraft-tree-path": _specdraft("specdraft-tree-path", chain_only=True, strategy="tree"),
+    "specdraft-lookup": _specdraft("specdraft-lookup", strategy="lookup"),
+    # target-logit recycling where the suffix draft is empty (traces recorded with --top-k)
+    "specdraft-recycle": _specdraft("specdraft-recycle", chain_only=True, strategy="suffix",
+                                    method=partial(SpecdraftRecycleMethod, depth=2)),
+    "specdraft-recycle-tree": _specdraft("specdraft-recycle-tree", strategy="tree",
+                                         method=partial(SpecdraftRecycleMethod,
+                                                        branching=(4, 2, 1))),
+    "vllm-ngram": lambda cost_model=None: VllmNgramMethod("vllm-ngram"),
+    "arctic-suffix": lambda cost_model=None: ArcticSuffixMethod("arctic-suffix"),
+    "hf-prompt-lookup": lambda cost_model=None: HFPromptLookupMethod("hf-prompt-lookup"),
+    "no-drafts": lambda cost_model=None: NoDraftMethod(),
+}
+DEFAULT_METHODS = ["specdraft-suffix", "specdraft-suffix-fixed", "specdraft-tree",
+                   "specdraft-tree-path", "specdraft-lookup", "vllm-ngram", "arctic-suffix", "hf-prompt-lookup"]
