@@ -1,0 +1,325 @@
+"""The methods ``specdraft overhead`` times, each driven the way vLLM drives it: specdraft's
+proposer with the runner hooks' events, vLLM's suffix (arctic-inference) and n-gram proposers,
+over the runner's token buffer (the untimed part every method shares)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import numpy as np
+
+
+def accepted_len(draft, truth: list[int], pos: int) -> int:
+    n = 0
+    for t in draft:
+        if pos + n >= len(truth) or t != truth[pos + n]:
+            break
+        n += 1
+    return n
+
+
+class TimedMethod:
+    """One proposer under test: its own copy of the batch state, advanced block by block."""
+
+    name = ""
+
+    def __init__(self, prompts: list[list[int]], truths: list[list[int]], budget: int):
+        self.prompts, self.truths, self.budget = prompts, truths, budget
+        self.n = len(prompts)
+        self.pos = [0] * self.n                 # output tokens appended so far
+        self.pending = [[t[0]] for t in truths]  # tokens the next step appends
+        self.live = list(range(self.n))
+        self.block_us: list[float] = []         # us per request-step, one per block (wall)
+        self.block_cpu_us: list[float] = []     # same, thread CPU time
+        self.step_ns = 0
+        self.cpu_ns = 0
+        self.request_steps = 0
+        self.appended = 0
+        self.drafted = 0
+        self.accepted = 0
+        self.finish_ns = 0
+        self.finished = 0
+
+    def done(self) -> bool:
+        return not self.live
+
+    # subclasses: prepare(live), untimed runner work before a step; step(live) -> one draft
+    # (token list) per live request, timed; finish(i), timed separately
+    def prepare(self, live: list[int]) -> None:
+        pass
+
+    def step(self, live: list[int]) -> list:
+        raise NotImplementedError
+
+    def finish(self, i: int) -> None:
+        pass
+
+    def run_block(self, steps: int) -> None:
+        ns = 0
+        cpu = 0
+        rs = 0
+        for _ in range(steps):
+            if not self.live:
+                break
+            live = self.live
+            self.prepare(live)
+            c0 = time.thread_time_ns()
+            t0 = time.perf_counter_ns()
+            drafts = self.step(live)
+            ns += time.perf_counter_ns() - t0
+            cpu += time.thread_time_ns() - c0
+            rs += len(live)
+            still = []
+            for j, i in enumerate(live):
+                self.appended += len(self.pending[i])
+                self.pos[i] += len(self.pending[i])
+                d = drafts[j]
+                truth = self.truths[i]
+                left = len(truth) - self.pos[i]
+                if left <= 0:
+                    t1 = time.perf_counter_ns()
+                    self.finish(i)
+                    self.finish_ns += time.perf_counter_ns() - t1
+                    self.finished += 1
+                    continue
+                acc = accepted_len(d, truth, self.pos[i])
+                self.drafted += len(d)
+                self.accepted += acc
+                self.pending[i] = truth[self.pos[i]:self.pos[i] + min(acc + 1, left)]
+                still.append(i)
+            self.live = still
+        if rs:
+            self.step_ns += ns
+            self.cpu_ns += cpu
+            self.request_steps += rs
+            self.block_us.append(ns / 1e3 / rs)
+            self.block_cpu_us.append(cpu / 1e3 / rs)
+
+    def summary(self) -> dict:
+        steps = max(self.request_steps, 1)
+        out = {
+            "us_per_request_step": round(statistics.median(self.block_us), 3) if self.block_us else None,
+            "us_per_request_step_mean": round(self.step_ns / 1e3 / steps, 3),
+            "cpu_us_per_request_step": round(statistics.median(self.block_cpu_us), 3) if self.block_cpu_us else None,
+            "cpu_us_per_request_step_mean": round(self.cpu_ns / 1e3 / steps, 3),
+            "blocks": len(self.block_us),
+            "request_steps": self.request_steps,
+            "tokens_per_step": round(self.appended / steps, 3),
+            # the same cost per token the verifier emitted (methods that draft better advance
+            # more tokens per step)
+            "us_per_output_token": round(statistics.median(self.block_us) * steps / max(self.appended, 1), 3)
+            if self.block_us else None,
+            "cpu_us_per_output_token": round(statistics.median(self.block_cpu_us) * steps / max(self.appended, 1), 3)
+            if self.block_cpu_us else None,
+            "draft_tokens_per_step": round(self.drafted / steps, 3),
+            "accepted_per_step": round(self.accepted / steps, 3),
+        }
+        return out
+
+
+def _ids(n: int) -> list[str]:
+    return [f"req{i}" for i in range(n)]
+
+
+class _RunnerRows:
+    """The runner side every vLLM-driven method shares: the token buffer the model runner keeps
+    (``token_ids_cpu``, ``num_tokens_no_spec``) with the step's sampled tokens written into it
+    before the proposer is called (untimed: vLLM does it whatever the method)."""
+
+    def __init__(self, adapter, prompts: list[list[int]], max_model_len: int):
+        n = len(prompts)
+        buf = np.zeros((n, max_model_len), dtype=np.int32)
+        for i, p in enumerate(prompts):
+            buf[i, :len(p)] = p
+        self.batch = adapter.BatchStandIn(buf, np.array([len(p) for p in prompts], dtype=np.int32),
+                                          _ids(n))
+
+    def write(self, live: list[int], pending: list[list[int]], n: int) -> list[list[int]]:
+        b = self.batch
+        sampled: list[list[int]] = [[] for _ in range(n)]  # rows that ended stay, empty
+        for i in live:
+            t = pending[i]
+            k = int(b.num_tokens_no_spec[i])
+            b.token_ids_cpu[i, k:k + len(t)] = t
+            b.num_tokens_no_spec[i] = k + len(t)
+            sampled[i] = t
+        return sampled
+
+
+class TimedSpecdraft(TimedMethod):
+    """specdraft's ``SpecdraftProposer.propose``, called as vLLM 0.32's runner calls it, with the
+    runner hooks' events (step begin with finished requests, the bound StepView)."""
+
+    name = "specdraft"
+
+    def __init__(self, prompts, truths, budget, args, prefill, adapter):
+        super().__init__(prompts, truths, budget)
+        from types import SimpleNamespace
+
+        from specdraft.plugins.vllm import SuffixProposer
+
+        self.adapter = adapter
+        self.max_model_len = args.prompt_tokens + args.output_tokens + budget + 8
+        config = SimpleNamespace(  # the VllmConfig fields specdraft's engine_facts reads
+            speculative_config=SimpleNamespace(
+                num_speculative_tokens=budget, specdraft_options={
+                    "global_cache_tokens": args.global_cache_tokens, "max_depth": args.max_depth,
+                    "native": True, "adaptive": args.specdraft_adaptive, "cost_model": "gpu"}),
+            model_config=SimpleNamespace(max_model_len=self.max_model_len, dtype=None,
+                                         get_vocab_size=lambda: args.vocab))
+        self.prop = SuffixProposer(config)
+        drafter = self.prop.drafter  # native: True above: make_core refuses a missing extension
+        engine, core = self.prop.steps.engine  # the native engine step propose calls
+        self.engine = engine  # counts the time inside its calls (total_ns)
+        t0 = time.perf_counter()
+        for k, (p, o) in enumerate(prefill):
+            rid = f"pre{k}"
+            drafter.start(rid, p)
+            drafter.extend(rid, o)
+            drafter.finish(rid)
+        self.prefill_s = time.perf_counter() - t0
+        self.prefill_tokens = core.global_tokens()
+        self.mem_after_prefill = core.memory_bytes()
+        self.runner = _RunnerRows(adapter, prompts, self.max_model_len)
+        self.scheduled: dict[str, list[int]] = {}  # req_id -> draft verified this step
+        self.last_rows: list[list[int]] = []
+        self.finished_events: list[tuple[str, bool]] = []
+        self.core_ns_blocks: list[float] = []
+
+    def prepare(self, live):
+        self.sampled = self.runner.write(live, self.pending, self.n)
+        ids = self.runner.batch.req_ids
+        last = self.last_rows  # the drafts verified this step (the scheduler output's)
+        # what vLLM has before the step: the scheduler's output and the runner (stand-ins)
+        self.scheduled = {ids[i]: last[i] if last else [] for i in live}
+        self.num_scheduled = len(live) + sum(len(d) for d in self.scheduled.values())
+        self.standins = self.adapter.benchmark_step_view(self.runner.batch, self.scheduled,
+                                                         self.budget)
+        self.events, self.finished_events = self.finished_events, []
+
+    def step(self, live):
+        # timed from here: what the runner hooks build and call each step, then propose
+        p, b, s = self.prop, self.runner.batch, self.standins
+        p.specdraft_step_begin(self.adapter.benchmark_step_begin(self.events, self.num_scheduled))
+        p.specdraft_bind(type(s)(s.runner, s.scheduler_output))
+        rows = p.propose(self.sampled, b.num_tokens_no_spec, b.token_ids_cpu, slot_mappings=None)
+        p.specdraft_bind(None)
+        self.last_rows = rows
+        return [rows[i] for i in live]
+
+    def finish(self, i):
+        # reported with the next step's begin, as vLLM does (the drafter finishes it in that step)
+        self.finished_events.append((self.runner.batch.req_ids[i], False))
+
+    def run_block(self, steps):
+        ns0, rs0 = self.engine.total_ns, self.request_steps
+        super().run_block(steps)
+        if self.request_steps > rs0:
+            self.core_ns_blocks.append((self.engine.total_ns - ns0) / 1e3 / (self.request_steps - rs0))
+
+    def summary(self):
+        out = super().summary()
+        core = self.prop.drafter.core
+        gt = self.prefill_tokens
+        out.update({
+            "driven_by": "specdraft.plugins.vllm.SuffixProposer.propose with the runner hooks' events",
+            "native_core_us_per_request_step": round(statistics.median(self.core_ns_blocks), 3)
+            if self.core_ns_blocks else None,
+            "native_core_us_per_request_step_min": round(min(self.core_ns_blocks), 3)
+            if self.core_ns_blocks else None,
+            "errors": self.prop.figures["errors"],
+            "prefill_s": round(self.prefill_s, 3),
+            "global_tokens_after_prefill": gt,
+            "memory_bytes_after_prefill": self.mem_after_prefill,
+            "bytes_per_cached_token": round(self.mem_after_prefill / gt, 2) if gt else None,
+            "global_nodes": core.global_nodes(),
+        })
+        return out
+
+
+class TimedArctic(TimedMethod):
+    """vLLM 0.32's ``SuffixDecodingProposer.propose`` (arctic-inference's suffix cache)."""
+
+    name = "arctic"
+
+    def __init__(self, prompts, truths, budget, args, prefill, adapter):
+        super().__init__(prompts, truths, budget)
+        self.adapter = adapter
+        out_len = max(1, args.output_tokens)
+        self.max_cached = max(1, math.ceil(args.global_cache_tokens / out_len))
+        self.max_model_len = args.prompt_tokens + args.output_tokens + budget + 8
+        self.prop = adapter.suffix_proposer(budget, self.max_model_len,
+                                            suffix_decoding_max_tree_depth=args.max_depth,
+                                            suffix_decoding_max_cached_requests=self.max_cached)
+        cache = self.prop.suffix_cache
+        t0 = time.perf_counter()
+        cached = []
+        for k, (p, o) in enumerate(prefill):
+            rid = f"pre{k}"
+            cache.start_request(rid, p)
+            cache.add_active_response(rid, o.tolist())
+            cache.stop_request(rid)
+            cached.append(len(o))
+        self.prefill_s = time.perf_counter() - t0
+        self.prefill_tokens = sum(cached[-self.max_cached:])
+        self.runner = _RunnerRows(adapter, prompts, self.max_model_len)
+
+    def prepare(self, live):
+        self.sampled = self.runner.write(live, self.pending, self.n)
+
+    def step(self, live):
+        rows = self.adapter.suffix_propose(self.prop, self.budget, self.runner.batch, self.sampled)
+        return [rows[i] for i in live]
+
+    def finish(self, i):
+        # vLLM's runner stops the request in the suffix cache when it leaves the batch
+        self.prop.suffix_cache.stop_request(self.runner.batch.req_ids[i])
+
+    def summary(self):
+        out = super().summary()
+        out.update({
+            "driven_by": "vllm SuffixDecodingProposer.propose",
+            "max_cached_requests": self.max_cached,
+            "prefill_s": round(self.prefill_s, 3),
+            "global_tokens_after_prefill": self.prefill_tokens,
+            "finish_ms_per_request": round(self.finish_ns / 1e6 / max(self.finished, 1), 3),
+        })
+        return out
+
+
+class TimedNgram(TimedMethod):
+    """vLLM's ``NgramProposer.propose`` (numba batch path), built by its own ``__init__``."""
+
+    name = "ngram"
+
+    def __init__(self, prompts, truths, budget, args, adapter):
+        super().__init__(prompts, truths, budget)
+        self.adapter = adapter
+        self.max_model_len = args.prompt_tokens + args.output_tokens + budget + 8
+        t0 = time.perf_counter()
+        self.prop = adapter.ngram_proposer(budget, args.ngram_min, args.ngram_max,
+                                           self.max_model_len, max(self.n, 1))
+        self.jit_s = time.perf_counter() - t0
+        self.prefill_s = 0.0
+        self.runner = _RunnerRows(adapter, prompts, self.max_model_len)
+
+    def prepare(self, live):
+        self.sampled = self.runner.write(live, self.pending, self.n)
+
+    def step(self, live):
+        b = self.runner.batch
+        rows = self.adapter.ngram_propose(self.prop, self.budget, self.sampled,
+                                          b.num_tokens_no_spec, b.token_ids_cpu)
+        return [rows[i] for i in live]
+
+    def summary(self):
+        out = super().summary()
+        out.update({"prompt_lookup_min": self.prop.min_n, "prompt_lookup_max": self.prop.max_n,
+                    "init_with_numba_jit_s": round(self.jit_s, 3),
+                    "driven_by": "vllm NgramProposer.propose"})
+        return out
+
+
+METHODS = ("specdraft", "arctic", "ngram")

@@ -1,0 +1,34 @@
+"""``specdraft overhead``'s results as a Markdown table (also ``specdraft report``'s)."""
+
+from __future__ import annotations
+
+from specdraft.overhead.methods import METHODS
+
+
+def _fmt(v, nd=2):
+    return "-" if v is None else (f"{v:,.{nd}f}" if isinstance(v, float) else f"{v:,}")
+
+
+def format_overhead_table(report: dict) -> str:
+    """Markdown table: us per request-step by method and batch, and specdraft's ratios."""
+    lines = ["| batch | specdraft | (native core) | arctic | ngram | specdraft / arctic | "
+             "specdraft / ngram | tokens per step (specdraft / arctic / ngram) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for batch, b in report["batches"].items():
+        r, q = b["results"], b["ratios"]
+
+        def us(name, key="us_per_request_step_min"):
+            return _fmt(r.get(name, {}).get(key))
+
+        def ratio(peer):
+            x = q.get(f"specdraft_over_{peer}", {})
+            return f"{_fmt(x.get('ratio_of_minimums'))} ({_fmt(x.get('median_of_block_ratios'))})"
+
+        lines.append(f"| {batch} | {us('specdraft')} | "
+                     f"{us('specdraft', 'native_core_us_per_request_step_min')} | {us('arctic')} | "
+                     f"{us('ngram')} | {ratio('arctic')} | {ratio('ngram')} | "
+                     f"{' / '.join(us(m, 'tokens_per_step') for m in METHODS)} |")
+    lines.append("")
+    lines.append("us per request-step, fastest block of each method; ratios: of the fastest "
+                 "blocks (median of interleaved block ratios in brackets)")
+    return "\n".join(lines)
