@@ -1,0 +1,157 @@
+"""The vLLM adapter's runner wrappers and worker methods around a specdraft proposer, without an
+engine: a stand-in runner class holding the fields the wrappers read is hooked as vLLM's
+``GPUModelRunner`` is (``install_runner_hooks``), then driven through ``execute_model`` and
+``propose_draft_token_ids`` as vLLM's step drives them; the worker methods are called on a
+stand-in worker. The integration tests drive the same wrappers in a real engine."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specdraft.adapters import vllm_adapter
+
+K, MAX_LEN, VOCAB = 4, 64, 40
+
+
+def _config():
+    return SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=K,
+                                           specdraft_options={"strategy": "suffix"}),
+        model_config=SimpleNamespace(max_model_len=MAX_LEN, dtype=None,
+                                     get_vocab_size=lambda: VOCAB))
+
+
+class _Runner:
+    """The fields of vLLM's GPUModelRunner the wrappers read; execute_model and
+    propose_draft_token_ids stand in for vLLM's (propose calls the drafter as vLLM's does)."""
+
+    max_model_len = MAX_LEN
+    num_spec_tokens = K
+
+    def __init__(self, drafter):
+        self.drafter = drafter
+        self.requests: dict = {}
+        self.input_batch = SimpleNamespace(req_ids=[], num_prompt_tokens=np.zeros(4, np.int32))
+        self.buf = np.zeros((4, MAX_LEN), dtype=np.int32)
+        self.num_tokens = np.zeros(4, dtype=np.int32)
+        self.executed = 0
+
+    def execute_model(self, scheduler_output):
+        self.executed += 1
+        return "executed"
+
+    def propose_draft_token_ids(self, scheduler_output, sampled_token_ids):
+        return self.drafter.propose(sampled_token_ids, self.num_tokens, self.buf,
+                                    slot_mappings=None)
+
+
+def _out(finished=(), scheduled=None):
+    return SimpleNamespace(finished_req_ids=set(finished), scheduled_new_reqs=[],
+                           total_num_scheduled_tokens=3, num_spec_tokens_to_schedule=K,
+                           scheduled_spec_decode_tokens=scheduled or {},
+                           num_invalid_spec_tokens=None)
+
+
+@pytest.fixture
+def hooked(monkeypatch):
+    """The adapter's install_runner_hooks applied to a fresh stand-in runner class."""
+    from specdraft.adapters.vllm_v0_32 import runner as runner_module
+
+    cls = type("Runner", (_Runner,), {})
+    monkeypatch.setattr(runner_module, "_runner_class", lambda: cls)
+    return cls
+
+
+def _request(prompt, output):
+    return SimpleNamespace(sampling_params=SimpleNamespace(max_tokens=100, stop_token_ids=(),
+                                                           eos_token_id=None, extra_args=None),
+                           output_token_ids=list(output), num_tokens=len(prompt) + len(output))
+
+
+def _step(runner, tokens, sampled, out):
+    runner.input_batch.req_ids = ["a"]
+    runner.input_batch.num_prompt_tokens[0] = 3
+    runner.buf[0, :len(tokens)] = tokens
+    runner.num_tokens[0] = len(tokens)
+    runner.requests["a"] = _request(tokens[:3], tokens[3:])
+    assert runner.execute_model(out) == "executed"
+    return runner.propose_draft_token_ids(out, sampled)
+
+
+def test_the_wrappers_drive_a_specdraft_proposer(hooked):
+    from specdraft.plugins.vllm import SuffixProposer
+
+    prop = SuffixProposer(_config())
+    assert prop.hook_problem is None
+    runner = hooked(prop)
+    hist = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
+    assert _step(runner, hist[:4], [[8]], _out()) == [[]]      # first row: its start
+    assert prop.tracked and prop.drafter.has("a")
+    drafts = _step(runner, hist[:8], [[5, 6, 7, 8]], _out(scheduled={"a": [5, 6, 7, 9]}))
+    assert drafts == [[5, 6, 7, 8]]
+    # the drafts vLLM verified this step, counted as vLLM's spec_decode counters count them
+    assert (prop.figures["drafts"], prop.figures["draft_tokens"],
+            prop.figures["accepted_tokens"]) == (1, 4, 3)
+    assert prop.steps.view is None                             # unbound after propose
+    _step(runner, hist[:9], [[5]], _out(finished={"zz"}))          # an id the drafter never saw
+    assert prop.figures["errors"] == 0 and runner.executed == 3
+    assert len(prop.steps.pass_log) == 3
+
+
+def test_a_failing_step_begin_is_counted_and_the_engine_steps_on(hooked, monkeypatch):
+    from specdraft.plugins.vllm import SuffixProposer
+
+    prop = SuffixProposer(_config())
+    runner = hooked(prop)
+
+    def boom(begin):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(prop.steps, "step_begin", boom, raising=False)
+    hooks = getattr(prop, "specdraft_hooks", None)
+    if hooks is not None:  # the bound method is taken once, when the proposer is built
+        monkeypatch.setattr(hooks, "step_begin", boom)
+    assert _step(runner, [5, 6, 7, 8], [[8]], _out()) == [[]]
+    assert runner.executed == 1 and prop.figures["errors"] == 1
+
+
+def test_a_runner_without_a_specdraft_proposer_is_left_alone(hooked):
+    from specdraft.plugins.vllm import SuffixProposer
+
+    SuffixProposer(_config())  # hooks the class
+    other = SimpleNamespace(propose=lambda *a, **k: [[1, 2]])
+    runner = hooked(other)
+    assert _step(runner, [5, 6, 7, 8], [[8]], _out()) == [[1, 2]]
+    assert runner.executed == 1
+
+
+def test_worker_methods_read_the_proposer():
+    from specdraft.adapters.vllm_v0_32 import worker as worker_module
+    from specdraft.plugins.vllm import SuffixProposer
+
+    prop = SuffixProposer(_config())
+    prop.figures["proposer_seconds"], prop.figures["steps"] = 0.5, 3
+    prop.steps.count_pass(2, 7, 0.25)
+
+    def wrapper(drafter):
+        return SimpleNamespace(worker=SimpleNamespace(model_runner=SimpleNamespace(drafter=drafter)))
+
+    m = worker_module._worker_drafter_metrics(wrapper(prop))
+    assert m["proposer_seconds"] == 0.5 and m["proposer_steps"] == 3
+    assert m["pass_costs"] == [[2, 7, 1, 0.25]] and m["pass_log"] == [[2, 7, 0.25]]
+    assert m["global_cache_tokens"] == prop.drafter.metrics()["global_cache_tokens"]
+    assert worker_module._worker_drafter_metrics(wrapper(None)) is None
+    assert worker_module._worker_drafter_metrics(wrapper(SimpleNamespace())) is None
+
+    prop.drafter.add_to_global_cache([1, 2, 3, 4, 5])
+    old = prop.drafter
+    reset = worker_module._reset_worker_state(wrapper(prop))
+    assert reset == {"drafter": "SuffixProposer", "dropped_requests": 0,
+                     "dropped_cache_tokens": old.metrics()["global_cache_tokens"]}
+    assert prop.drafter is not old and prop.steps.drafter is prop.drafter
+    assert worker_module._reset_worker_state(wrapper(None)) == {"drafter": None}
+    assert worker_module._reset_worker_state(wrapper(SimpleNamespace())) == {
+        "drafter": "SimpleNamespace"}
