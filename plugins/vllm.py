@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from specdraft.adapters import vllm_adapter
+from specdraft.adapters.vllm_hooks import RunnerHooks
 from specdraft.adapters.vllm_step import VllmStep
 from specdraft.plugins.vllm_metrics import SnapshotWriter, read_snapshot, wait_for_snapshot
 
@@ -131,7 +132,7 @@ class SpecdraftProposer:
                               self.max_model_len, self.vocab_size)
         self._stateless_logged = False
         self._error_logged = False
-        # drafts/draft_tokens/accepted_tokens: as vLLM verified them (specdraft_verified);
+        # drafts/draft_tokens/accepted_tokens: as vLLM verified them (_count_verified);
         # proposed_*: what this proposer handed over (vLLM drops those of finished requests).
         self.figures = {"steps": 0, "proposer_seconds": 0.0, "rows": 0, "drafts": 0,
                         "draft_tokens": 0, "accepted_tokens": 0, "proposed_drafts": 0,
@@ -141,6 +142,11 @@ class SpecdraftProposer:
         self._drafter_figures: dict = {}
         self._drafter_figures_at = 0.0
         self.tracked = False
+        # what the adapter's runner wrappers and worker methods call (every step: the step's
+        # methods themselves, bound once)
+        self.specdraft_hooks = RunnerHooks(
+            step_begin=self.steps.step_begin, bind=self.steps.bind, verified=self._count_verified,
+            failed=self._failed, metrics=self.worker_metrics, reset=self.reset_cross_request_state)
         reason = self.adapter.install_runner_hooks()
         self.hook_problem = reason
         if reason is not None:
@@ -192,16 +198,7 @@ class SpecdraftProposer:
             self.writer.publish()  # built in the writer's thread (_snapshot)
         return drafts
 
-    # -- hooks called by specdraft.adapters' runner wrappers -------------------------------------
-
-    def specdraft_step_begin(self, begin: Any) -> None:
-        self.steps.step_begin(begin)
-
-    def specdraft_bind(self, view: Any) -> None:
-        self.steps.bind(view)
-
-    def specdraft_hook_failed(self, error: Exception) -> None:
-        self._failed(error)
+    # -- called by specdraft.adapters' runner wrappers and worker methods (specdraft_hooks) --------
 
     def reset_cross_request_state(self) -> dict:
         """Forget every request and the global cache (corpora are loaded again): what a
@@ -218,11 +215,21 @@ class SpecdraftProposer:
         self.steps.set_drafter(self.drafter)
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
 
-    def specdraft_verified(self, drafts: int, draft_tokens: int, accepted_tokens: int) -> None:
+    def _count_verified(self, drafts: int, draft_tokens: int, accepted_tokens: int) -> None:
         """Drafts vLLM verified in this step, counted as vLLM's spec_decode counters count them."""
         self.figures["drafts"] += drafts
         self.figures["draft_tokens"] += draft_tokens
         self.figures["accepted_tokens"] += accepted_tokens
+
+    def worker_metrics(self) -> dict:
+        """The drafter's ``metrics()``, the time spent in ``propose`` and its calls, and the
+        verification passes measured (what the adapter's worker method returns)."""
+        out = dict(self.drafter.metrics())
+        out["proposer_seconds"] = float(self.figures["proposer_seconds"])
+        out["proposer_steps"] = int(self.figures["steps"])
+        out["pass_costs"] = self.steps.measured_pass_costs()
+        out["pass_log"] = [list(p) for p in self.steps.pass_log]
+        return out
 
     # -- the step: one drafter call for the whole batch --------------------------------------------
 
@@ -236,7 +243,7 @@ class SpecdraftProposer:
                                                   token_ids_cpu)
         self.tracked = self.tracked or tracked
         # what the proposer handed over; drafts/draft_tokens/accepted_tokens count what vLLM
-        # verified (specdraft_verified), as vLLM's spec_decode counters do
+        # verified (_count_verified), as vLLM's spec_decode counters do
         with self._figures_lock:
             self.figures["proposed_draft_tokens"] += out.tokens.shape[0]
             self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)

@@ -141,10 +141,10 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
         begin = rng.random() < 0.9 or step == 0  # else the step's events never arrive
         for prop in (native, twin):
             if begin:
-                prop.specdraft_step_begin(adapter.StepBegin(list(ended), scored, started_at))
-            prop.specdraft_bind(view)
+                prop.specdraft_hooks.step_begin(adapter.StepBegin(list(ended), scored, started_at))
+            prop.specdraft_hooks.bind(view)
             answers.append(prop.propose(sampled, num_tokens, buf, slot_mappings=None))
-            prop.specdraft_bind(None)
+            prop.specdraft_hooks.bind(None)
         assert native.figures["errors"] == twin.figures["errors"] == 0, f"step {step}"
         assert answers[0] == answers[1], f"step {step}"
         drafts = answers[0]
@@ -208,11 +208,11 @@ def test_a_bad_token_in_vllms_buffer_costs_one_step_of_drafts_not_the_engine():
         view = adapter.StepView(SimpleNamespace(input_batch=batch, requests={"a": req}),
                                 SimpleNamespace(scheduled_spec_decode_tokens={},
                                                 num_spec_tokens_to_schedule=4))
-        prop.specdraft_bind(view)
+        prop.specdraft_hooks.bind(view)
         try:
             return prop.propose(sampled, np.array([n], dtype=np.int32), buf)
         finally:
-            prop.specdraft_bind(None)
+            prop.specdraft_hooks.bind(None)
 
     buf[0, 3] = VOCAB + 5  # out of range: the engine step refuses the row
     assert call([[4]], 8) == [[]]

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from specdraft.adapters import vllm_adapter
+from specdraft.adapters.vllm_hooks import RunnerHooks
 
 K, MAX_LEN, VOCAB = 4, 64, 40
 
@@ -85,7 +85,7 @@ def test_the_wrappers_drive_a_specdraft_proposer(hooked):
     from specdraft.plugins.vllm import SuffixProposer
 
     prop = SuffixProposer(_config())
-    assert prop.hook_problem is None
+    assert prop.hook_problem is None and isinstance(prop.specdraft_hooks, RunnerHooks)
     runner = hooked(prop)
     hist = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
     assert _step(runner, hist[:4], [[8]], _out()) == [[]]      # first row: its start
@@ -110,10 +110,7 @@ def test_a_failing_step_begin_is_counted_and_the_engine_steps_on(hooked, monkeyp
     def boom(begin):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(prop.steps, "step_begin", boom, raising=False)
-    hooks = getattr(prop, "specdraft_hooks", None)
-    if hooks is not None:  # the bound method is taken once, when the proposer is built
-        monkeypatch.setattr(hooks, "step_begin", boom)
+    monkeypatch.setattr(prop.specdraft_hooks, "step_begin", boom)
     assert _step(runner, [5, 6, 7, 8], [[8]], _out()) == [[]]
     assert runner.executed == 1 and prop.figures["errors"] == 1
 

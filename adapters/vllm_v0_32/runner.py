@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from specdraft.adapters.vllm_hooks import HOOKS_ATTR
 from specdraft.adapters.vllm_v0_32.config import request_scope
 from specdraft.proposers.base import accepted_count
 
@@ -266,7 +267,7 @@ def install_runner_hooks() -> str | None:
 
     Called from the proposer's constructor: the runner module is loaded by then (it is building
     the proposer), and engines without a specdraft proposer are never touched. The wrappers do
-    nothing unless the runner's drafter has ``specdraft_step_begin``/``specdraft_bind``.
+    nothing unless the runner's drafter holds a ``RunnerHooks`` (specdraft.adapters.vllm_hooks).
     """
     try:
         runner_cls = _runner_class()
@@ -284,28 +285,27 @@ def install_runner_hooks() -> str | None:
 
     @functools.wraps(execute_model)
     def execute_model_hooked(self, scheduler_output, *args, **kwargs):
-        drafter = getattr(self, "drafter", None)
-        step_begin = getattr(drafter, "specdraft_step_begin", None)
-        if step_begin is not None:
+        hooks = getattr(getattr(self, "drafter", None), HOOKS_ATTR, None)
+        if hooks is not None:
             try:
-                step_begin(_step_begin(self, scheduler_output))
+                hooks.step_begin(_step_begin(self, scheduler_output))
             except Exception as e:  # noqa: BLE001 - never take the engine down
-                getattr(drafter, "specdraft_hook_failed", lambda e: None)(e)
+                hooks.failed(e)
         return execute_model(self, scheduler_output, *args, **kwargs)
 
     @functools.wraps(propose)
     def propose_hooked(self, scheduler_output, *args, **kwargs):
-        bind = getattr(getattr(self, "drafter", None), "specdraft_bind", None)
-        if bind is None:
+        hooks = getattr(getattr(self, "drafter", None), HOOKS_ATTR, None)
+        if hooks is None:
             return propose(self, scheduler_output, *args, **kwargs)
         view = StepView(self, scheduler_output)
-        verified = getattr(self.drafter, "specdraft_verified", None)
         sampled = args[0] if args else kwargs.get("sampled_token_ids")
-        if verified is not None and sampled is not None:
+        if sampled is not None:
             try:
-                verified(*view.verified(sampled))
+                hooks.verified(*view.verified(sampled))
             except Exception as e:  # noqa: BLE001 - never take the engine down
-                getattr(self.drafter, "specdraft_hook_failed", lambda e: None)(e)
+                hooks.failed(e)
+        bind = hooks.bind
         bind(view)
         try:
             return propose(self, scheduler_output, *args, **kwargs)

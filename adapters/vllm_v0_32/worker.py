@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from specdraft.adapters.vllm_hooks import HOOKS_ATTR
 from specdraft.adapters.vllm_v0_32.sampler import (_EXPAND_KERNEL, expand_kernel_impl,
                                                    lean_rejection_forward)
 
@@ -33,9 +34,9 @@ def _reset_worker_state(worker_wrapper: Any) -> dict:
     drafter = getattr(getattr(worker, "model_runner", None), "drafter", None)
     if drafter is None:
         return {"drafter": None}
-    reset = getattr(drafter, "reset_cross_request_state", None)
-    if reset is not None:  # a specdraft proposer
-        return {"drafter": type(drafter).__name__, **reset()}
+    hooks = getattr(drafter, HOOKS_ATTR, None)
+    if hooks is not None:  # a specdraft proposer
+        return {"drafter": type(drafter).__name__, **hooks.reset()}
     cache = getattr(drafter, "suffix_cache", None)
     if cache is not None:  # vLLM's built-in suffix proposer
         active = list(cache.active_requests)
@@ -54,19 +55,8 @@ METRICS_METHOD = "specdraft_drafter_metrics"
 def _worker_drafter_metrics(worker_wrapper: Any) -> dict | None:
     worker = getattr(worker_wrapper, "worker", worker_wrapper)
     proposer = getattr(getattr(worker, "model_runner", None), "drafter", None)
-    drafter = getattr(proposer, "drafter", None)  # a specdraft proposer's SpecDrafter
-    if not hasattr(drafter, "metrics"):
-        return None
-    out = dict(drafter.metrics())
-    figures = getattr(proposer, "figures", None)  # what the proposer counted as vLLM called it
-    if isinstance(figures, dict):
-        out["proposer_seconds"] = float(figures.get("proposer_seconds", 0.0))
-        out["proposer_steps"] = int(figures.get("steps", 0))
-    steps = getattr(proposer, "steps", None)
-    if hasattr(steps, "measured_pass_costs"):
-        out["pass_costs"] = steps.measured_pass_costs()
-        out["pass_log"] = [list(p) for p in steps.pass_log]
-    return out
+    hooks = getattr(proposer, HOOKS_ATTR, None)  # None: not a specdraft proposer
+    return hooks.metrics() if hooks is not None else None
 
 
 SAMPLER_FIX_METHOD = "specdraft_sampler_fix_state"

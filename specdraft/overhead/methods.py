@@ -202,10 +202,11 @@ class TimedSpecdraft(TimedMethod):
     def step(self, live):
         # timed from here: what the runner hooks build and call each step, then propose
         p, b, s = self.prop, self.runner.batch, self.standins
-        p.specdraft_step_begin(self.adapter.benchmark_step_begin(self.events, self.num_scheduled))
-        p.specdraft_bind(type(s)(s.runner, s.scheduler_output))
+        hooks = p.specdraft_hooks
+        hooks.step_begin(self.adapter.benchmark_step_begin(self.events, self.num_scheduled))
+        hooks.bind(type(s)(s.runner, s.scheduler_output))
         rows = p.propose(self.sampled, b.num_tokens_no_spec, b.token_ids_cpu, slot_mappings=None)
-        p.specdraft_bind(None)
+        hooks.bind(None)
         self.last_rows = rows
         return [rows[i] for i in live]
 
