@@ -329,3 +329,23 @@ def test_the_ceiling_is_the_best_draft_length_of_an_oracle_on_the_measured_passe
     best = replay_ceiling({"none": [run(None)], "specdraft": [run(steep)]}, prompts, 8, sched)
     assert best["draft_length"] == "per step" and best["accepted_tokens"] == 0
     assert replay_ceiling({"none": [run(None)]}, prompts, 8, sched) is None  # nothing measured
+
+
+def test_arctic_suffix_takes_the_installed_vllms_suffix_options():
+    """The replay's arctic-suffix method is built with the vLLM adapter's suffix defaults (the
+    release's SpeculativeConfig defaults, tests/test_vllm_source_contract.py); an option given
+    overrides its default."""
+    pytest.importorskip("arctic_inference")
+    from specdraft.adapters import vllm_adapter
+    from specdraft.replay import ArcticSuffixMethod
+
+    defaults = vllm_adapter().SUFFIX_DEFAULTS
+    m = ArcticSuffixMethod("a")
+    assert m.depth == defaults["suffix_decoding_max_tree_depth"]
+    assert m._speculate_args == {"max_spec_factor": defaults["suffix_decoding_max_spec_factor"],
+                                 "min_token_prob": defaults["suffix_decoding_min_token_prob"]}
+    m = ArcticSuffixMethod("a", suffix_decoding_max_tree_depth=5)
+    m.start(1, [1, 2, 3, 1, 2, 3, 1, 2])
+    m.extend(1, [3], 0)
+    toks, parents = m.draft(1, 4)
+    assert m.depth == 5 and toks and len(toks) == len(parents) <= 4

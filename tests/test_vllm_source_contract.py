@@ -285,3 +285,40 @@ def test_every_function_the_adapter_copies_is_unchanged(version, module, sources
             problems.append(f"{path}: {qualname} changed (digest {source_digest(fn)}, the "
                             f"adapter copied {digest})")
     assert not problems, f"vLLM {_fmt(version)} ({src.where}):\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("version,module", ADAPTERS)
+def test_suffix_defaults_and_cache_arguments_are_the_releases(version, module, sources):
+    """``SUFFIX_DEFAULTS`` are SpeculativeConfig's defaults, and ``suffix_cache_arguments`` hands
+    each option to the argument of arctic's cache that SuffixDecodingProposer hands it to (what
+    the replay's arctic-suffix method is built from)."""
+    src = sources(version)
+    adapter = importlib.import_module(module)
+    config = _find(src.tree("vllm/config/speculative.py"), "SpeculativeConfig")
+    defaults = {n.target.id: ast.literal_eval(n.value) for n in config.body
+                if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+                and n.target.id.startswith("suffix_decoding_")}
+    assert defaults == adapter.SUFFIX_DEFAULTS
+    path = "vllm/v1/spec_decode/suffix_decoding.py"
+    proposer = _find(src.tree(path), "SuffixDecodingProposer")
+    option_of = {}  # self.<attribute> = config.<option> in __init__
+    for node in ast.walk(_find(proposer, "__init__")):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr in defaults:
+            option_of.update((t.attr, node.value.attr) for t in node.targets
+                             if isinstance(t, ast.Attribute))
+
+    def passed(callee: str) -> dict:
+        """keyword -> the option the proposer passes it (keywords holding an option only)"""
+        for node in ast.walk(proposer):
+            if isinstance(node, ast.Call) and callee in (getattr(node.func, "id", None),
+                                                         getattr(node.func, "attr", None)):
+                return {k.arg: option_of.get(k.value.attr, k.value.attr) for k in node.keywords
+                        if isinstance(k.value, ast.Attribute)}
+        pytest.fail(f"{path}: SuffixDecodingProposer calls no {callee}")
+
+    probe = {option: i for i, option in enumerate(defaults)}  # tells the options apart
+    option_at = {i: option for option, i in probe.items()}
+    cache_args, speculate_args = adapter.suffix_cache_arguments(**probe)
+    assert {k: option_at[v] for k, v in cache_args.items()} == passed("SuffixDecodingCache")
+    assert {k: option_at[v] for k, v in speculate_args.items()} == passed("speculate")

@@ -89,6 +89,7 @@ from specdraft.adapters.vllm_v0_32.peers import (
     ngram_match_function,
     ngram_propose,
     ngram_proposer,
+    suffix_cache_arguments,
     suffix_config,
     suffix_propose,
     suffix_proposer,
@@ -156,7 +157,8 @@ __all__ = [
     "drafter_metrics",
     # peers
     "ngram_config", "ngram_proposer", "ngram_propose", "ngram_match_function", "SUFFIX_DEFAULTS",
-    "suffix_config", "suffix_proposer", "suffix_propose", "BatchStandIn", "benchmark_step_view",
+    "suffix_config", "suffix_cache_arguments", "suffix_proposer", "suffix_propose", "BatchStandIn",
+    "benchmark_step_view",
     "benchmark_step_begin",
     # outputs
     "request_latencies", "first_step_requests", "PER_REQUEST_METRICS_ARGS", "served_model_name",

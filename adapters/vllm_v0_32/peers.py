@@ -64,6 +64,18 @@ def suffix_config(num_speculative_tokens: int, max_model_len: int, **options: An
     return _peer_config(num_speculative_tokens, max_model_len, 1, **{**SUFFIX_DEFAULTS, **options})
 
 
+def suffix_cache_arguments(**options: Any) -> tuple[dict, dict]:
+    """(arctic's ``SuffixDecodingCache`` constructor arguments, its ``speculate`` keyword
+    arguments but ``max_spec_tokens``) as 0.32's ``SuffixDecodingProposer`` passes them from the
+    suffix method's options (``SUFFIX_DEFAULTS`` unless given). The proposer's pattern is the
+    request's last ``max_tree_depth`` tokens."""
+    o = {**SUFFIX_DEFAULTS, **options}
+    return ({"max_tree_depth": o["suffix_decoding_max_tree_depth"],
+             "max_cached_requests": o["suffix_decoding_max_cached_requests"]},
+            {"max_spec_factor": o["suffix_decoding_max_spec_factor"],
+             "min_token_prob": o["suffix_decoding_min_token_prob"]})
+
+
 def suffix_proposer(num_speculative_tokens: int, max_model_len: int, **options: Any) -> Any:
     """vLLM's ``SuffixDecodingProposer`` (arctic-inference's suffix cache behind it)."""
     from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer

@@ -203,17 +203,22 @@ class VllmNgramMethod(Method):
 
 
 class ArcticSuffixMethod(Method):
-    """arctic-inference's SuffixDecodingCache, driven the way vLLM's ``suffix`` method drives it."""
+    """arctic-inference's SuffixDecodingCache, driven the way vLLM's ``suffix`` method drives it.
 
-    def __init__(self, name: str, max_tree_depth: int = 24, max_cached_requests: int = 10000,
-                 max_spec_factor: float = 1.0, min_token_prob: float = 0.1):
+    ``options``: the suffix method's ``suffix_decoding_*`` options; the installed vLLM's defaults
+    (its adapter's ``SUFFIX_DEFAULTS``) for the rest.
+    """
+
+    def __init__(self, name: str, **options):
         import numpy as np
         from arctic_inference.suffix_decoding import SuffixDecodingCache
+
+        from specdraft.adapters import vllm_adapter
         self.name = name
         self._np = np
-        self.cache = SuffixDecodingCache(max_tree_depth=max_tree_depth,
-                                         max_cached_requests=max_cached_requests)
-        self.depth, self.factor, self.min_prob = max_tree_depth, max_spec_factor, min_token_prob
+        cache_args, self._speculate_args = vllm_adapter().suffix_cache_arguments(**options)
+        self.cache = SuffixDecodingCache(**cache_args)
+        self.depth = cache_args["max_tree_depth"]
         self._tokens: dict = {}
         self._prompt: dict = {}
 
@@ -231,8 +236,7 @@ class ArcticSuffixMethod(Method):
 
     def draft(self, key, max_k):
         pattern = self._np.asarray(self._tokens[key][-self.depth:], dtype=self._np.int32)
-        d = self.cache.speculate(str(key), pattern, max_spec_tokens=max_k,
-                                 max_spec_factor=self.factor, min_token_prob=self.min_prob)
+        d = self.cache.speculate(str(key), pattern, max_spec_tokens=max_k, **self._speculate_args)
         return list(d.token_ids), list(d.parents)
 
     def finish(self, key):
