@@ -10,29 +10,26 @@ This module imports no engine and holds no vLLM-version fact.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 HOOKS_ATTR = "specdraft_hooks"
 
 
+@dataclasses.dataclass(slots=True, kw_only=True)
 class RunnerHooks:
     """A proposer's side of the vLLM adapter's wrappers."""
 
-    __slots__ = ("step_begin", "bind", "verified", "failed", "metrics", "reset")
-
-    def __init__(self, *, step_begin: Callable[[Any], None], bind: Callable[[Any], None],
-                 verified: Callable[[int, int, int], None], failed: Callable[[Exception], None],
-                 metrics: Callable[[], dict], reset: Callable[[], dict]):
-        # execute_model's start: the adapter's StepBegin (requests that ended since the last
-        # step, tokens scheduled, new requests' scopes, the step's start time)
-        self.step_begin = step_begin
-        # around propose: the adapter's StepView over the runner's batch, then None
-        self.bind = bind
-        # before propose: (drafts, draft tokens, accepted tokens) vLLM verified in this step
-        self.verified = verified
-        # a hook raised: counted and logged; the engine goes on
-        self.failed = failed
-        # the worker's figures (the adapter's METRICS_METHOD)
-        self.metrics = metrics
-        # forget every request and the global cache, between benchmark rounds (RESET_METHOD)
-        self.reset = reset
+    # execute_model's start: the adapter's StepBegin (requests that ended since the last step,
+    # tokens scheduled, new requests' scopes, the step's start time)
+    step_begin: Callable[[Any], None]
+    # around propose: the adapter's StepView over the runner's batch, then None
+    bind: Callable[[Any], None]
+    # before propose: (drafts, draft tokens, accepted tokens) vLLM verified in this step
+    verified: Callable[[int, int, int], None]
+    # a hook raised: counted and logged; the engine goes on
+    failed: Callable[[Exception], None]
+    # the worker's figures (the adapter's METRICS_METHOD)
+    metrics: Callable[[], dict]
+    # forget every request and the global cache, between benchmark rounds (RESET_METHOD)
+    reset: Callable[[], dict]
