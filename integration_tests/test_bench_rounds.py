@@ -67,7 +67,7 @@ def test_bench_rounds_agree(engines, plain_llm, prompts):
     loaded = bench.LoadedEngines.of({"none": plain_llm, **engines})
     messages = []
     runs = bench.run_interleaved(loaded, prompts, MAX_TOKENS, 2, messages.append)
-    table = bench.summarize(runs)
+    table = bench.summarize(runs, k=NUM_SPEC_TOKENS)
     for method in SPEC:
         r1, r2 = (r["accepted_tokens"] for r in table[method]["rounds"])
         assert r1 > 0 and r2 <= r1 * (1 + NOISE) + SLACK, (method, r1, r2)
@@ -82,6 +82,15 @@ def test_bench_rounds_agree(engines, plain_llm, prompts):
     assert len(messages) == 2 * 3
     text = bench.format_live_table(table)
     assert "cold" in text and text.count("tok/s") >= 2 * 3
+    # every engine's steps are timed, whatever its method: the run's time, step by step
+    for method, t in table.items():
+        for p, run in zip(t["rounds"], runs[method]):
+            st = p["steps"]
+            assert st["steps"] > 0 and st["decode_steps"] > 0, (method, st)
+            assert 0.5 * run.seconds < st["seconds"] < 1.05 * run.seconds, (method, st, run.seconds)
+    # a request emits at least one token a decode step: no speculation takes the most steps
+    assert table["none"]["steps"]["decode_steps"] > table["specdraft"]["steps"]["decode_steps"]
+    assert "ms/step" in bench.format_steps_table(table)
 
 
 def test_the_replay_predicts_the_live_counts(engines, plain_llm, prompts):

@@ -124,6 +124,7 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
                     reset = live.reset_cross_request_state(llm)
                     schedule = live.engine_schedule(llm)
                     before = live.proposer_time(llm)
+                    live.step_times(llm)  # from here: this run's steps
                     if sequential:
                         outs, secs, per_req, lat = [], 0.0, [], []
                         for p, n in zip(prompts, maxes):
@@ -138,6 +139,7 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
                         res = live.generate(llm, prompts, maxes, ignore_eos=ignore_eos)
                     after = live.proposer_time(llm) if before is not None else None
                     costs = live.pass_costs(llm) if after is not None else None
+                    res.counters["step_times"] = live.step_times(llm)
                 if after is not None:  # specdraft's own figures: time in propose, propose calls
                     res.counters["proposer_seconds"] = after[0] - before[0]
                     res.counters["proposer_steps"] = after[1] - before[1]
@@ -325,9 +327,10 @@ def mean_acceptance_length(counters: dict) -> float | None:
     return 1 + counters["accepted_tokens"] / counters["drafts"] if counters.get("drafts") else None
 
 
-def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
+def summarize(runs: dict, reference: list[list[int]] | None = None, k: int = 0) -> dict:
     """Per method: summary over rounds, the cold (first) round and every round; ``disagreement``
-    lists the methods whose rounds disagree by more than the margins above."""
+    lists the methods whose rounds disagree by more than the margins above. ``k``: the draft
+    bound, which tells decode steps from prefill steps (step_summary)."""
     base = runs["none"]
     ref = reference if reference is not None else base[0].outputs
     table = {}
@@ -360,6 +363,9 @@ def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
                               # specdraft's measured passes: [rows, tokens, passes, mean seconds]
                               "pass_costs": x.counters.get("pass_costs"),
                               "pass_log": x.counters.get("pass_log"),
+                              # every engine's steps: [requests, tokens, steps, mean seconds]
+                              "step_times": x.counters.get("step_times"),
+                              "steps": step_summary(x.counters.get("step_times"), k),
                               "proposer_share": (x.counters["proposer_seconds"] / x.seconds
                                                  if "proposer_seconds" in x.counters else None),
                               "proposer_us_per_step": (
@@ -391,6 +397,7 @@ def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
             "tpot_ms_median": _median([p["tpot_ms_median"] for p in per_round]),
             "decode_tokens_per_s_median": _median([p["decode_tokens_per_s"] for p in per_round]),
             "decode_speedup_median_per_round": _median([p["decode_speedup"] for p in per_round]),
+            "steps": _median_steps([p["steps"] for p in per_round]),
             "rounds": per_round,
             "accepted_spread": count_spread,
             "speedup_spread": speed_spread,
@@ -411,6 +418,63 @@ def summarize(runs: dict, reference: list[list[int]] | None = None) -> dict:
                 "decode": _median([_ratio(q["tpot_ms_median"], p["tpot_ms_median"])
                                    for p, q in zip(t["rounds"], peer)])}
     return table
+
+
+def step_summary(step_times: list[list] | None, k: int) -> dict | None:
+    """Where a run's time went, from its timed engine steps ([requests, tokens, steps, mean
+    seconds] per shape): all steps, decode steps (every request scores at most its own token
+    and k draft tokens) and steps that also prefill (more tokens than that)."""
+    if not step_times:
+        return None
+    out = {"steps": 0, "seconds": 0.0, "decode_steps": 0, "decode_seconds": 0.0,
+           "decode_tokens": 0, "decode_requests": 0, "prefill_steps": 0, "prefill_seconds": 0.0}
+    for rows, tokens, n, mean in step_times:
+        out["steps"] += n
+        out["seconds"] += n * mean
+        if tokens <= rows * (k + 1):
+            out["decode_steps"] += n
+            out["decode_seconds"] += n * mean
+            out["decode_tokens"] += n * tokens
+            out["decode_requests"] += n * rows
+        else:
+            out["prefill_steps"] += n
+            out["prefill_seconds"] += n * mean
+    d = out["decode_steps"]
+    out["decode_ms_per_step"] = 1e3 * out["decode_seconds"] / d if d else None
+    out["decode_tokens_per_step"] = out["decode_tokens"] / d if d else None
+    out["decode_requests_per_step"] = out["decode_requests"] / d if d else None
+    return out
+
+
+def _median_steps(rounds: list[dict | None]) -> dict | None:
+    """Each figure of the rounds' step summaries, median of rounds (None if any is missing)."""
+    if not rounds or any(r is None for r in rounds):
+        return None
+    return {key: _median([r[key] for r in rounds]) for key in rounds[0]}
+
+
+def format_steps_table(table: dict) -> str:
+    """Where each method's time went (median of rounds): engine steps and their seconds, split
+    into decode steps and steps that also prefill, tokens scored and ms per decode step."""
+    rows = [(m, t["steps"]) for m, t in table.items() if t.get("steps")]
+    if not rows:
+        return ""
+    hdr = (f"{'method':<12} {'steps':>6} {'seconds':>8} {'decode':>7} {'dec s':>7} "
+           f"{'tok/step':>8} {'req/step':>8} {'ms/step':>8} {'prefill':>8} {'pre s':>7}")
+    lines = [hdr, "-" * len(hdr)]
+    for m, st in rows:
+        lines.append(f"{m:<12} {st['steps']:>6.0f} {st['seconds']:>8.1f} {st['decode_steps']:>7.0f} "
+                     f"{st['decode_seconds']:>7.1f} {_num(st['decode_tokens_per_step']):>8} "
+                     f"{_num(st['decode_requests_per_step']):>8} {_num(st['decode_ms_per_step']):>8} "
+                     f"{st['prefill_steps']:>8.0f} {st['prefill_seconds']:>7.1f}")
+    lines.append("engine steps timed from one execute_model call to the next (median of rounds): "
+                 "decode steps score at most each request's token and its draft; prefill steps "
+                 "also prefill; tok/step, req/step, ms/step: per decode step")
+    return "\n".join(lines)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
 
 
 PEER = "vllm-suffix"  # the built-in every ratio is also taken against
@@ -738,7 +802,7 @@ def main(argv=None) -> int:
         finally:
             engines.close()
     recorded = [r["output_token_ids"][:n] for r, n in zip(records, maxes)]
-    table = summarize(runs)
+    table = summarize(runs, k=args.num_speculative_tokens)
     from specdraft.adapters import vllm_adapter
     cost_model = vllm_adapter().cpu_cost_model(args.dtype)  # what the live engine planned with
     batch = 1 if args.sequential else args.max_num_seqs
@@ -755,6 +819,8 @@ def main(argv=None) -> int:
     print()
     print(title)
     print(format_live_table(table))
+    if steps := format_steps_table(table):
+        print(steps)
     print(format_replay_gaps(table, cost_model, ceiling))
     print(f"no-speculation outputs identical to the trace: {'yes' if matches_trace else 'NO'}")
     write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "table": table,

@@ -73,7 +73,8 @@ def main(argv=None) -> int:
     def progress(msg):
         print(msg, flush=True)
 
-    from specdraft.bench import format_live_table, plot_live, run_interleaved, start_engines, summarize
+    from specdraft.bench import (format_live_table, format_steps_table, plot_live, run_interleaved,
+                                 start_engines, summarize)
     from specdraft.models import resolve_model
     from specdraft.results import write_results
     if why := live.methods_error(args.methods):
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
             return 2
         finally:
             engines.close()
-    table = summarize(runs)
+    table = summarize(runs, k=args.num_speculative_tokens)
     title = (f"model {args.model}, {len(prompts)} prompts ({', '.join(names)}), max {args.max_tokens} "
              f"tokens, k={args.num_speculative_tokens}, {args.rounds} interleaved rounds after "
              f"{args.warmup_rounds} untimed "
@@ -113,6 +114,8 @@ def main(argv=None) -> int:
     print()
     print(title)
     print(format_live_table(table))
+    if steps := format_steps_table(table):
+        print(steps)
     write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "prompts": names,
                               "table": table},
                   plot=lambda png: plot_live(table, png, title), say=progress, tag="demo")

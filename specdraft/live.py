@@ -305,6 +305,15 @@ def pass_costs(llm) -> tuple[list[list], list[list]] | None:
     return (got[0]["pass_costs"], got[0]["pass_log"]) if got else None
 
 
+def step_times(llm) -> list[list] | None:
+    """The engine's steps since the last call, any method: [requests, tokens scheduled, steps,
+    mean seconds] per shape (specdraft.adapters; the first call starts timing). None if the
+    engine's steps cannot be timed."""
+    from specdraft.adapters import vllm_adapter
+
+    return vllm_adapter().step_times(llm)
+
+
 def cpu_pressure() -> str | None:
     """The machine's CPU pressure line (PSI), logged so a noisy run is visible."""
     try:

@@ -72,6 +72,18 @@ def live_table(result: dict) -> str:
             notes.append(f"{m}'s propose: {t['proposer_share']:.2%} of the runs' wall time")
     if notes:
         lines += ["", f"({'; '.join(notes)}.)"]
+    steps = [(m, t["steps"]) for m, t in table.items() if t.get("steps")]
+    if steps:  # runs from before the engine's steps were timed have none
+        lines += ["", "| where the time went (median of rounds) | engine steps | seconds | decode "
+                  "steps | their seconds | tokens per decode step | requests per decode step | ms "
+                  "per decode step | steps that prefill | their seconds |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for m, st in steps:
+            lines.append(f"| {m} | {st['steps']:.0f} | {st['seconds']:.1f} | {st['decode_steps']:.0f} "
+                         f"| {st['decode_seconds']:.1f} | {_fmt(st['decode_tokens_per_step'], '.1f')} "
+                         f"| {_fmt(st['decode_requests_per_step'], '.1f')} "
+                         f"| {_fmt(st['decode_ms_per_step'], '.1f')} | {st['prefill_steps']:.0f} "
+                         f"| {st['prefill_seconds']:.1f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -124,12 +124,14 @@ from specdraft.adapters.vllm_v0_32.worker import (
     METRICS_METHOD,
     RESET_METHOD,
     SAMPLER_FIX_METHOD,
+    STEP_TIMES_METHOD,
     drafter_metrics,
     engine_schedule,
     install_worker_methods,
     reset_cross_request_state,
     shutdown_engine,
     speculative_config_of,
+    step_times,
 )
 
 # What a star import of this adapter gives (vllm_v0_33 starts from it); the private names
@@ -152,7 +154,8 @@ __all__ = [
     "top_k_guard_needed", "apply_top_k_guard", "LEAN_SAMPLER_ENV", "lean_rejection_forward",
     "lean_sampler_needed", "apply_lean_sampler",
     # worker
-    "RESET_METHOD", "METRICS_METHOD", "SAMPLER_FIX_METHOD", "install_worker_methods",
+    "RESET_METHOD", "METRICS_METHOD", "SAMPLER_FIX_METHOD", "STEP_TIMES_METHOD", "step_times",
+    "install_worker_methods",
     "reset_cross_request_state", "speculative_config_of", "shutdown_engine", "engine_schedule",
     "drafter_metrics",
     # peers

@@ -46,7 +46,7 @@ SOURCE_FUNCTIONS = (
 SOURCE_FIELDS = (
     ("vllm/v1/core/sched/output.py", "SchedulerOutput",
      ("scheduled_spec_decode_tokens", "num_spec_tokens_to_schedule", "finished_req_ids",
-      "total_num_scheduled_tokens")),
+      "total_num_scheduled_tokens", "num_scheduled_tokens")),
     ("vllm/v1/worker/gpu_input_batch.py", "InputBatch",
      ("num_prompt_tokens", "num_tokens_no_spec", "token_ids_cpu", "req_id_to_index")),
     ("vllm/v1/worker/gpu_input_batch.py", "CachedRequestState",

@@ -318,6 +318,55 @@ def install_runner_hooks() -> str | None:
     return None
 
 
+# Step timing for benchmarks, in any engine (vLLM's own proposers, no speculation, specdraft's):
+# the time from one execute_model call to the next, filed under the first's shape (requests
+# scheduled, tokens scheduled). It covers the whole step as the worker sees it (forward pass,
+# sampling or verification, the proposer, output handling and waiting for the next schedule).
+# Installed in a worker the first time a benchmark asks for the times (worker.STEP_TIMES_METHOD).
+STEP_TIMES_ATTR = "_specdraft_step_times"
+
+
+def install_step_timer() -> bool:
+    """Wrap the runner's execute_model to time steps (idempotent); False if it cannot."""
+    runner_cls = _runner_class()
+    if getattr(runner_cls, "_specdraft_step_timer", False):
+        return True
+    execute_model = getattr(runner_cls, "execute_model", None)
+    if execute_model is None or not _has_params(execute_model, ("self", "scheduler_output")):
+        return False
+
+    @functools.wraps(execute_model)
+    def execute_model_timed(self, scheduler_output, *args, **kwargs):
+        timer = self.__dict__.get(STEP_TIMES_ATTR)
+        if timer is not None:
+            now = time.perf_counter()
+            last = timer.get("last")
+            if last is not None:
+                cell = timer["shapes"].setdefault(last[:2], [0, 0.0])
+                cell[0] += 1
+                cell[1] += now - last[2]
+            tokens = int(scheduler_output.total_num_scheduled_tokens)
+            timer["last"] = ((len(scheduler_output.num_scheduled_tokens), tokens, now)
+                             if tokens else None)
+        return execute_model(self, scheduler_output, *args, **kwargs)
+
+    runner_cls.execute_model = execute_model_timed
+    runner_cls._specdraft_step_timer = True
+    return True
+
+
+def take_step_times(runner: Any) -> list[list] | None:
+    """[requests, tokens scheduled, steps, mean seconds] per step shape since the last call, and
+    a fresh start (the step running at the call is not counted); None if steps cannot be timed."""
+    if not install_step_timer():
+        return None
+    timer = runner.__dict__.get(STEP_TIMES_ATTR)
+    runner.__dict__[STEP_TIMES_ATTR] = {"shapes": {}, "last": None}
+    if timer is None:
+        return []
+    return [[r, t, n, secs / n] for (r, t), (n, secs) in sorted(timer["shapes"].items())]
+
+
 def _step_begin(runner: Any, scheduler_output: Any) -> StepBegin:
     max_model_len = runner.max_model_len
     lookback = runner.num_spec_tokens + 1 if getattr(runner, "num_spec_tokens", 0) else 1

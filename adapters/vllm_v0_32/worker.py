@@ -76,16 +76,37 @@ def _worker_sampler_fix_state(worker_wrapper: Any) -> dict:
             "lean": forward is lean_rejection_forward}
 
 
+STEP_TIMES_METHOD = "specdraft_step_times"
+
+
+def _worker_step_times(worker_wrapper: Any) -> list[list] | None:
+    """The runner's step times since the last call (runner.take_step_times; the first call
+    starts the timer): STEP_TIMES_METHOD, for benchmarks of any method."""
+    from specdraft.adapters.vllm_v0_32.runner import take_step_times
+
+    worker = getattr(worker_wrapper, "worker", worker_wrapper)
+    runner = getattr(worker, "model_runner", None)
+    return None if runner is None else take_step_times(runner)
+
+
 def install_worker_methods() -> None:
-    """Adds RESET_METHOD, METRICS_METHOD and SAMPLER_FIX_METHOD to vLLM's worker wrapper (cheap;
-    called in every vLLM process)."""
+    """Adds RESET_METHOD, METRICS_METHOD, SAMPLER_FIX_METHOD and STEP_TIMES_METHOD to vLLM's
+    worker wrapper (cheap; called in every vLLM process)."""
     from vllm.v1.worker.worker_base import WorkerWrapperBase
 
     for name, method in ((RESET_METHOD, _reset_worker_state),
                          (METRICS_METHOD, _worker_drafter_metrics),
-                         (SAMPLER_FIX_METHOD, _worker_sampler_fix_state)):
+                         (SAMPLER_FIX_METHOD, _worker_sampler_fix_state),
+                         (STEP_TIMES_METHOD, _worker_step_times)):
         if not hasattr(WorkerWrapperBase, name):
             setattr(WorkerWrapperBase, name, method)
+
+
+def step_times(llm: Any) -> list[list] | None:
+    """The engine's step times since the last call, [requests, tokens scheduled, steps, mean
+    seconds] per shape (the first call starts timing and returns []); None if not timed."""
+    got = llm.collective_rpc(STEP_TIMES_METHOD)
+    return got[0] if got else None
 
 
 def reset_cross_request_state(llm: Any) -> dict:
