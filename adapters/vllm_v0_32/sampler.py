@@ -49,19 +49,31 @@ def expand_kernel_impl(output, input_val, cu_num_tokens, replace_from, replace_t
     output[:total].copy_(torch.repeat_interleave(values, counts, output_size=total))
 
 
-def sampler_fix_needed(version: tuple[int, int, int]) -> bool:
-    lo, hi = SAMPLER_FIX_VERSIONS
+def _in_range(versions: tuple, version: tuple[int, int, int]) -> bool:
+    lo, hi = versions
     return lo <= version < hi
 
 
-def apply_sampler_fix() -> str:
-    """Install the fixed expand kernel on CPU; returns what happened (for the log)."""
+def _not_here(env: str | None = None) -> str | None:
+    """Why a CPU-only change is not made in this process ("not-cpu", "disabled": ``env`` is "0"),
+    else None."""
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
         return "not-cpu"
-    if os.environ.get(SAMPLER_FIX_ENV, "1") == "0":
+    if env is not None and os.environ.get(env, "1") == "0":
         return "disabled"
+    return None
+
+
+def sampler_fix_needed(version: tuple[int, int, int]) -> bool:
+    return _in_range(SAMPLER_FIX_VERSIONS, version)
+
+
+def apply_sampler_fix() -> str:
+    """Install the fixed expand kernel on CPU; returns what happened (for the log)."""
+    if why := _not_here(SAMPLER_FIX_ENV):
+        return why
     from vllm.utils import cpu_triton_utils
 
     if getattr(cpu_triton_utils, "_specdraft_fixed", False):
@@ -119,18 +131,13 @@ def lean_rejection_forward(self, metadata, draft_probs, logits, sampling_metadat
 
 
 def lean_sampler_needed(version: tuple[int, int, int]) -> bool:
-    lo, hi = LEAN_SAMPLER_VERSIONS
-    return lo <= version < hi
+    return _in_range(LEAN_SAMPLER_VERSIONS, version)
 
 
 def apply_lean_sampler() -> str:
     """Make this process's rejection sampler skip the logits copies nobody reads (CPU only)."""
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return "not-cpu"
-    if os.environ.get(LEAN_SAMPLER_ENV, "1") == "0":
-        return "disabled"
+    if why := _not_here(LEAN_SAMPLER_ENV):
+        return why
     from vllm.v1.sample.rejection_sampler import RejectionSampler
 
     if getattr(RejectionSampler, "_specdraft_vllm_forward", None) is not None:
@@ -141,16 +148,13 @@ def apply_lean_sampler() -> str:
 
 
 def top_k_guard_needed(version: tuple[int, int, int]) -> bool:
-    lo, hi = TOP_K_GUARD_VERSIONS
-    return lo <= version < hi
+    return _in_range(TOP_K_GUARD_VERSIONS, version)
 
 
 def apply_top_k_guard() -> str:
     """Make the CPU top-k path accept a batch of zero rows (see this module's docstring)."""
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return "not-cpu"
+    if why := _not_here():
+        return why
     from vllm.v1.sample.ops import topk_topp_sampler
 
     original = getattr(topk_topp_sampler, "apply_top_k_only", None)
