@@ -161,6 +161,25 @@ def test_cost_model_learns_from_step_timings():
     assert 3.0 < cm.cost(64) / cm.cost(1) < 4.1
 
 
+def test_draft_length_follows_the_cost_curve():
+    """The controller's draft length is the cost curve's to decide: the same drafts get longer
+    drafts under a flat curve than under a planted steep one, and the engine's pass timings
+    (flat, as measured, reported after each sizing) correct the steep one back to long drafts."""
+    chain = list(range(-1, 15))              # a 16-token chain, parents in node order
+    drafts = [(chain, [0.9] * 16) for _ in range(4)]
+    keys = [0, 1, 2, 3]
+    flat = DraftLengthController(CostModel([(1, 1.0), (1024, 1.0)])).choose(keys, drafts)
+    planted = DraftLengthController(CostModel([(1, 1.0), (1024, 200.0)]))  # +0.2 pass a token
+    steep = planted.choose(keys, drafts)
+    assert sum(steep) < sum(flat), (steep, flat)
+    for _ in range(100):                     # passes of 4 and 64 tokens cost the same
+        planted.choose(keys, drafts)
+        planted.observe_pass(4, 0.05)
+        planted.choose(keys, drafts)
+        planted.observe_pass(64, 0.051)
+    assert planted.choose(keys, drafts) == flat
+
+
 @pytest.mark.parametrize("options, words", [
     ({"strategy": "magic"}, ["strategy", "'suffix'", "'tree'", "'lookup'"]),
     ({"global_cache_tokens": -1}, ["global_cache_tokens", "integer in [0, "]),
