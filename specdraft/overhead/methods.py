@@ -162,11 +162,13 @@ class TimedSpecdraft(TimedMethod):
 
         self.adapter = adapter
         self.max_model_len = args.prompt_tokens + args.output_tokens + budget + 8
+        spec = SimpleNamespace(num_speculative_tokens=budget)
+        # the options as specdraft's config hook leaves them on vLLM's speculative config
+        adapter.attach(spec, {"global_cache_tokens": args.global_cache_tokens,
+                              "max_depth": args.max_depth, "native": True,
+                              "adaptive": args.specdraft_adaptive, "cost_model": "gpu"}, None)
         config = SimpleNamespace(  # the VllmConfig fields specdraft's engine_facts reads
-            speculative_config=SimpleNamespace(
-                num_speculative_tokens=budget, specdraft_options={
-                    "global_cache_tokens": args.global_cache_tokens, "max_depth": args.max_depth,
-                    "native": True, "adaptive": args.specdraft_adaptive, "cost_model": "gpu"}),
+            speculative_config=spec,
             model_config=SimpleNamespace(max_model_len=self.max_model_len, dtype=None,
                                          get_vocab_size=lambda: args.vocab))
         self.prop = SuffixProposer(config)
