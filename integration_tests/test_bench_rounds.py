@@ -101,7 +101,7 @@ def test_the_replay_predicts_the_live_counts(engines, plain_llm, prompts):
     lookahead = bench.lookahead_outputs(loaded, prompts, [MAX_TOKENS] * len(prompts),
                                         NUM_SPEC_TOKENS)
     assert all(la[:MAX_TOKENS] == o for la, o in zip(lookahead, runs["none"][0].outputs))
-    table = bench.summarize(runs)
+    table = bench.summarize(runs, k=NUM_SPEC_TOKENS)
     for m, rs in runs.items():  # the schedule each engine ran with
         assert rs[0].counters["schedule"]["max_num_batched_tokens"] > 0, m
         # the requests that had reached the engine when it first stepped (a race: read, not assumed)

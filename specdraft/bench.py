@@ -327,7 +327,7 @@ def mean_acceptance_length(counters: dict) -> float | None:
     return 1 + counters["accepted_tokens"] / counters["drafts"] if counters.get("drafts") else None
 
 
-def summarize(runs: dict, reference: list[list[int]] | None = None, k: int = 0) -> dict:
+def summarize(runs: dict, reference: list[list[int]] | None = None, *, k: int) -> dict:
     """Per method: summary over rounds, the cold (first) round and every round; ``disagreement``
     lists the methods whose rounds disagree by more than the margins above. ``k``: the draft
     bound, which tells decode steps from prefill steps (step_summary)."""
