@@ -83,12 +83,12 @@ from specdraft.adapters.vllm_v0_32.peers import (
     SUFFIX_DEFAULTS,
     BatchStandIn,
     _peer_config,
-    benchmark_step_begin,
-    benchmark_step_view,
+    RunnerStandIn,
     ngram_config,
     ngram_match_function,
     ngram_propose,
     ngram_proposer,
+    scheduler_output_standin,
     suffix_cache_arguments,
     suffix_config,
     suffix_propose,
@@ -103,6 +103,8 @@ from specdraft.adapters.vllm_v0_32.runner import (
     _runner_class,
     _step_begin,
     ended_normally,
+    hooked_propose,
+    hooked_step_begin,
     install_runner_hooks,
     propose_arguments,
     stateless_rows,
@@ -149,6 +151,7 @@ __all__ = [
     # runner
     "StepBegin", "StepView", "StepRows", "ended_normally", "stopped_in_step", "PROPOSE_PARAMS",
     "propose_arguments", "stateless_rows", "install_runner_hooks",
+    "hooked_step_begin", "hooked_propose",
     # sampler
     "SAMPLER_FIX_ENV", "expand_kernel_impl", "sampler_fix_needed", "apply_sampler_fix",
     "top_k_guard_needed", "apply_top_k_guard", "LEAN_SAMPLER_ENV", "lean_rejection_forward",
@@ -161,8 +164,7 @@ __all__ = [
     # peers
     "ngram_config", "ngram_proposer", "ngram_propose", "ngram_match_function", "SUFFIX_DEFAULTS",
     "suffix_config", "suffix_cache_arguments", "suffix_proposer", "suffix_propose", "BatchStandIn",
-    "benchmark_step_view",
-    "benchmark_step_begin",
+    "RunnerStandIn", "scheduler_output_standin",
     # outputs
     "request_latencies", "first_step_requests", "PER_REQUEST_METRICS_ARGS", "served_model_name",
     "request_spec_counters",

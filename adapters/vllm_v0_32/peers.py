@@ -5,12 +5,10 @@ hooks read.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import numpy as np
 
-from specdraft.adapters.vllm_v0_32.runner import StepBegin, StepView
 
 
 def _peer_config(num_speculative_tokens: int, max_model_len: int, max_num_seqs: int,
@@ -102,18 +100,51 @@ class BatchStandIn:
         self.req_id_to_index = {r: i for i, r in enumerate(req_ids)}
 
 
-def benchmark_step_view(input_batch: BatchStandIn, scheduled_spec_decode_tokens: dict,
-                        num_speculative_tokens: int) -> StepView:
-    """A StepView over stand-ins of the runner and scheduler output (requests without
-    per-request options), for driving ``SpecdraftProposer.propose`` outside an engine."""
+class _RequestStandIn:
+    """The part of 0.32's ``CachedRequestState`` the runner hooks read: sampling parameters
+    without stop tokens (a request ends at ``max_tokens``) and the output so far."""
+
+    def __init__(self, num_prompt_tokens: int, max_tokens: int):
+        from types import SimpleNamespace
+
+        self.num_prompt_tokens = num_prompt_tokens
+        self.sampling_params = SimpleNamespace(max_tokens=max_tokens, stop_token_ids=None,
+                                               eos_token_id=None, ignore_eos=True, extra_args=None)
+        self.output_token_ids: list[int] = []
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prompt_tokens + len(self.output_token_ids)
+
+
+class RunnerStandIn:
+    """The part of 0.32's ``GPUModelRunner`` the runner hooks read (``hooked_step_begin``,
+    ``hooked_propose``), for timing a proposer outside an engine the way the engine drives it:
+    the batch, each request's state, the length limit, the draft bound, the drafter."""
+
+    def __init__(self, input_batch: BatchStandIn, max_tokens: list[int], max_model_len: int,
+                 num_spec_tokens: int, drafter: Any):
+        self.input_batch = input_batch
+        self.requests = {r: _RequestStandIn(int(n), m) for r, n, m in
+                         zip(input_batch.req_ids, input_batch.num_prompt_tokens, max_tokens)}
+        self.max_model_len = max_model_len
+        self.num_spec_tokens = num_spec_tokens
+        self.drafter = drafter
+
+    def propose_draft_token_ids(self, scheduler_output: Any, sampled_token_ids) -> list[list[int]]:
+        """vLLM's call of a ``custom_class`` drafter (``propose_draft_token_ids``)."""
+        b = self.input_batch
+        return self.drafter.propose(sampled_token_ids, b.num_tokens_no_spec, b.token_ids_cpu,
+                                    slot_mappings=None)
+
+
+def scheduler_output_standin(finished_req_ids: set, scheduled_spec_decode_tokens: dict,
+                             total_num_scheduled_tokens: int, num_spec_tokens: int) -> Any:
+    """The part of 0.32's ``SchedulerOutput`` the runner hooks read (no new requests)."""
     from types import SimpleNamespace
 
-    runner = SimpleNamespace(input_batch=input_batch,
-                             requests={r: None for r in input_batch.req_ids})
-    out = SimpleNamespace(scheduled_spec_decode_tokens=scheduled_spec_decode_tokens,
-                          num_spec_tokens_to_schedule=num_speculative_tokens)
-    return StepView(runner, out)
-
-
-def benchmark_step_begin(finished: list[tuple[str, bool]], num_scheduled_tokens: int) -> StepBegin:
-    return StepBegin(finished, num_scheduled_tokens, time.perf_counter())
+    return SimpleNamespace(finished_req_ids=finished_req_ids, scheduled_new_reqs=[],
+                           total_num_scheduled_tokens=total_num_scheduled_tokens,
+                           scheduled_spec_decode_tokens=scheduled_spec_decode_tokens,
+                           num_spec_tokens_to_schedule=num_spec_tokens,
+                           num_invalid_spec_tokens=None)

@@ -262,6 +262,34 @@ def _has_params(fn: Callable, names: tuple[str, ...]) -> bool:
     return params[: len(names)] == list(names)
 
 
+def hooked_step_begin(hooks: Any, runner: Any, scheduler_output: Any) -> None:
+    """What the wrapped ``execute_model`` does before vLLM's: the step's start, to the hooks."""
+    try:
+        hooks.step_begin(_step_begin(runner, scheduler_output))
+    except Exception as e:  # noqa: BLE001 - never take the engine down
+        hooks.failed(e)
+
+
+def hooked_propose(hooks: Any, propose: Callable, runner: Any, scheduler_output: Any,
+                   args: tuple, kwargs: dict) -> Any:
+    """The wrapped ``propose_draft_token_ids``: the drafts vLLM verified this step, to the
+    hooks, then vLLM's ``propose`` with the step's view bound (the benchmark of the proposer's
+    cost calls this too, so it times what the engine runs)."""
+    view = StepView(runner, scheduler_output)
+    sampled = args[0] if args else kwargs.get("sampled_token_ids")
+    if sampled is not None:
+        try:
+            hooks.verified(*view.verified(sampled))
+        except Exception as e:  # noqa: BLE001 - never take the engine down
+            hooks.failed(e)
+    bind = hooks.bind
+    bind(view)
+    try:
+        return propose(runner, scheduler_output, *args, **kwargs)
+    finally:
+        bind(None)
+
+
 def install_runner_hooks() -> str | None:
     """Wrap the runner's step entry and propose call site; None on success, else the reason.
 
@@ -287,10 +315,7 @@ def install_runner_hooks() -> str | None:
     def execute_model_hooked(self, scheduler_output, *args, **kwargs):
         hooks = getattr(getattr(self, "drafter", None), HOOKS_ATTR, None)
         if hooks is not None:
-            try:
-                hooks.step_begin(_step_begin(self, scheduler_output))
-            except Exception as e:  # noqa: BLE001 - never take the engine down
-                hooks.failed(e)
+            hooked_step_begin(hooks, self, scheduler_output)
         return execute_model(self, scheduler_output, *args, **kwargs)
 
     @functools.wraps(propose)
@@ -298,19 +323,7 @@ def install_runner_hooks() -> str | None:
         hooks = getattr(getattr(self, "drafter", None), HOOKS_ATTR, None)
         if hooks is None:
             return propose(self, scheduler_output, *args, **kwargs)
-        view = StepView(self, scheduler_output)
-        sampled = args[0] if args else kwargs.get("sampled_token_ids")
-        if sampled is not None:
-            try:
-                hooks.verified(*view.verified(sampled))
-            except Exception as e:  # noqa: BLE001 - never take the engine down
-                hooks.failed(e)
-        bind = hooks.bind
-        bind(view)
-        try:
-            return propose(self, scheduler_output, *args, **kwargs)
-        finally:
-            bind(None)
+        return hooked_propose(hooks, propose, self, scheduler_output, args, kwargs)
 
     runner_cls.execute_model = execute_model_hooked
     runner_cls.propose_draft_token_ids = propose_hooked

@@ -149,8 +149,9 @@ class _RunnerRows:
 
 
 class TimedSpecdraft(TimedMethod):
-    """specdraft's ``SpecdraftProposer.propose``, called as vLLM 0.32's runner calls it, with the
-    runner hooks' events (step begin with finished requests, the bound StepView)."""
+    """specdraft's ``SuffixProposer.propose``, called as vLLM 0.32's runner calls it, inside the
+    runner hooks' wrappers (``hooked_step_begin``, ``hooked_propose``: the step's begin with the
+    requests that ended, the verified drafts counted, the bound StepView)."""
 
     name = "specdraft"
 
@@ -185,36 +186,38 @@ class TimedSpecdraft(TimedMethod):
         self.prefill_tokens = core.global_tokens()
         self.mem_after_prefill = core.memory_bytes()
         self.runner = _RunnerRows(adapter, prompts, self.max_model_len)
-        self.scheduled: dict[str, list[int]] = {}  # req_id -> draft verified this step
+        # vLLM's model runner as the hooks read it; a request ends at its output's length
+        self.vllm_runner = adapter.RunnerStandIn(self.runner.batch, [len(t) for t in truths],
+                                                 self.max_model_len, budget, self.prop)
         self.last_rows: list[list[int]] = []
-        self.finished_events: list[tuple[str, bool]] = []
+        self.finished_ids: set = set()
         self.core_ns_blocks: list[float] = []
 
     def prepare(self, live):
         self.sampled = self.runner.write(live, self.pending, self.n)
         ids = self.runner.batch.req_ids
+        reqs = self.vllm_runner.requests
+        for i in live:  # the runner's request states (vLLM updates them before propose)
+            reqs[ids[i]].output_token_ids.extend(self.pending[i])
         last = self.last_rows  # the drafts verified this step (the scheduler output's)
-        # what vLLM has before the step: the scheduler's output and the runner (stand-ins)
-        self.scheduled = {ids[i]: last[i] if last else [] for i in live}
-        self.num_scheduled = len(live) + sum(len(d) for d in self.scheduled.values())
-        self.standins = self.adapter.benchmark_step_view(self.runner.batch, self.scheduled,
-                                                         self.budget)
-        self.events, self.finished_events = self.finished_events, []
+        scheduled = {ids[i]: last[i] if last else [] for i in live}
+        self.scheduler_output = self.adapter.scheduler_output_standin(
+            self.finished_ids, scheduled, len(live) + sum(len(d) for d in scheduled.values()),
+            self.budget)
+        self.finished_ids = set()
 
     def step(self, live):
-        # timed from here: what the runner hooks build and call each step, then propose
-        p, b, s = self.prop, self.runner.batch, self.standins
-        hooks = p.specdraft_hooks
-        hooks.step_begin(self.adapter.benchmark_step_begin(self.events, self.num_scheduled))
-        hooks.bind(type(s)(s.runner, s.scheduler_output))
-        rows = p.propose(self.sampled, b.num_tokens_no_spec, b.token_ids_cpu, slot_mappings=None)
-        hooks.bind(None)
+        # timed from here: the runner hooks' wrappers of execute_model and propose, as the
+        # engine runs them (the step's begin, the verified drafts, the bound view, propose)
+        a, hooks, r, so = self.adapter, self.prop.specdraft_hooks, self.vllm_runner, self.scheduler_output
+        a.hooked_step_begin(hooks, r, so)
+        rows = a.hooked_propose(hooks, type(r).propose_draft_token_ids, r, so, (self.sampled,), {})
         self.last_rows = rows
         return [rows[i] for i in live]
 
     def finish(self, i):
-        # reported with the next step's begin, as vLLM does (the drafter finishes it in that step)
-        self.finished_events.append((self.runner.batch.req_ids[i], False))
+        # reported in the next step's scheduler output, as vLLM does
+        self.finished_ids.add(self.runner.batch.req_ids[i])
 
     def run_block(self, steps):
         ns0, rs0 = self.engine.total_ns, self.request_steps
@@ -227,7 +230,7 @@ class TimedSpecdraft(TimedMethod):
         core = self.prop.drafter.core
         gt = self.prefill_tokens
         out.update({
-            "driven_by": "specdraft.plugins.vllm.SuffixProposer.propose with the runner hooks' events",
+            "driven_by": "specdraft.plugins.vllm.SuffixProposer.propose inside the runner hooks' wrappers",
             "native_core_us_per_request_step": round(statistics.median(self.core_ns_blocks), 3)
             if self.core_ns_blocks else None,
             "native_core_us_per_request_step_min": round(min(self.core_ns_blocks), 3)
