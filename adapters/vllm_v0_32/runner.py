@@ -22,7 +22,7 @@ from specdraft.adapters.vllm_v0_32.config import request_scope
 from specdraft.proposers.base import accepted_count
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class StepBegin:
     """What a step tells before the runner updates its batch."""
 
@@ -381,17 +381,20 @@ def take_step_times(runner: Any) -> list[list] | None:
 
 
 def _step_begin(runner: Any, scheduler_output: Any) -> StepBegin:
-    max_model_len = runner.max_model_len
-    lookback = runner.num_spec_tokens + 1 if getattr(runner, "num_spec_tokens", 0) else 1
+    started_at = time.perf_counter()
     finished = []
-    for req_id in scheduler_output.finished_req_ids:
-        req_state = runner.requests.get(req_id)
-        aborted = req_state is None or not ended_normally(req_state, max_model_len, lookback)
-        finished.append((req_id, aborted))
+    ended = scheduler_output.finished_req_ids
+    if ended:  # (most steps end no request)
+        max_model_len = runner.max_model_len
+        lookback = runner.num_spec_tokens + 1 if getattr(runner, "num_spec_tokens", 0) else 1
+        requests = runner.requests
+        for req_id in ended:
+            req_state = requests.get(req_id)
+            aborted = req_state is None or not ended_normally(req_state, max_model_len, lookback)
+            finished.append((req_id, aborted))
     scopes = []
     for new in scheduler_output.scheduled_new_reqs:
         scope = request_scope(new.sampling_params)
         if scope is not None:
             scopes.append((new.req_id, scope))
-    return StepBegin(finished, int(scheduler_output.total_num_scheduled_tokens),
-                     time.perf_counter(), scopes)
+    return StepBegin(finished, scheduler_output.total_num_scheduled_tokens, started_at, scopes)
