@@ -48,7 +48,7 @@ def native_core_class():
 
 def make_core(cfg: DrafterConfig):
     if cfg.strategy == "lookup":
-        return PromptLookupCore(cfg.lookup_min, cfg.lookup_max)
+        return PromptLookupCore(cfg.lookup_min, cfg.lookup_max, cache_prompts=cfg.cache_prompts)
     kwargs = dict(max_depth=cfg.max_depth, global_cache_tokens=cfg.global_cache_tokens,
                   max_children=cfg.max_children if cfg.strategy == "tree" else 1,
                   min_path_prob=cfg.min_path_prob, cache_prompts=cfg.cache_prompts,
