@@ -6,8 +6,7 @@ flat arrays read straight from vLLM's batch (its ``token_ids_cpu`` buffer is han
 then the drafter's flat answer back into vLLM's ``list[list[int]]`` in the runner's row order.
 With the native core, ``propose_native`` hands vLLM's arguments over as they are to one native
 call (proposers/native/engine_step.h) that does all of that; ``propose`` is its plain-Python twin
-(tests/test_engine_step_twin.py), used without the native core or a drafter that must see each
-request's tokens (the shared cache).
+(tests/test_engine_step_twin.py), used without the native core.
 Every fact that depends on the vLLM version comes from the version adapter module it is given
 (``specdraft.adapters.vllm_adapter()``): the ``propose`` signature, how request identity and
 accepted counts are read from the runner, the per-row cap rule.

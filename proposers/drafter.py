@@ -48,7 +48,7 @@ def native_core_class():
 
 def make_core(cfg: DrafterConfig):
     if cfg.strategy == "lookup":
-        return PromptLookupCore(cfg.lookup_min, cfg.lookup_max)
+        return PromptLookupCore(cfg.lookup_min, cfg.lookup_max, cache_prompts=cfg.cache_prompts)
     kwargs = dict(max_depth=cfg.max_depth, global_cache_tokens=cfg.global_cache_tokens,
                   max_children=cfg.max_children if cfg.strategy == "tree" else 1,
                   min_path_prob=cfg.min_path_prob, cache_prompts=cfg.cache_prompts,
@@ -195,6 +195,7 @@ class SpecDrafter:
         self._engine = (_native_engine_step(self._handles, vocab_size or 0, self._tree)
                         if self._native_step else None)
         self._next = 0
+        self._added = 0  # the last handle add_to_global_cache used (they count down from -1)
         self._stats = DrafterStats()
         self._lock = threading.RLock()
         for path, scopes in corpus_entries(cfg.corpus_files):
@@ -345,13 +346,29 @@ class SpecDrafter:
         if not toks or self.config.strategy == "lookup":
             return
         with self._lock:
-            h = self._next_handle
-            self._next_handle += 1
+            # a handle of its own, below zero: the native engine step draws request handles
+            # from the shared counter without this lock (the shared cache calls this from its
+            # own thread)
+            self._added -= 1
+            h = self._added
             if scope is not None:
                 self.core.set_scope(h, scope)
             self.core.start(h, [])
             self.core.extend(h, toks)
-            self.core.finish(h)
+            self.core.finish(h, export=False)  # learned elsewhere: not exported again
+
+    def export_finished(self, budget_tokens: int) -> None:
+        """From now on the core keeps each request that finishes normally (per request, in a
+        step, or ended by the native engine step) for ``drain_finished``: its scope and the
+        tokens it adds to the global cache, at most ``budget_tokens`` waiting (oldest dropped
+        first, counted by ``core.export_dropped_tokens()``). The shared cache publishes them."""
+        with self._lock:
+            self.core.enable_export(budget_tokens)
+
+    def drain_finished(self) -> list:
+        """[(scope or None, int32 array)] of the requests finished since the last call."""
+        with self._lock:
+            return self.core.drain_finished()
 
     # -------------------------------------------------------------- drafting
     def draft(self, req_id, budget: int | None = None) -> DraftTree:

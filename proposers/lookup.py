@@ -11,25 +11,32 @@ append costs O(lookup_max - lookup_min + 1) and a draft O(lookup_max + budget).
 
 from __future__ import annotations
 
+from specdraft.proposers.suffix_core import ExportsFinished, FinishedOutbox
+
 
 class _Request:
-    __slots__ = ("tokens", "last")
+    __slots__ = ("tokens", "last", "num_prompt")
 
     def __init__(self, nmin: int, nmax: int):
         self.tokens: list[int] = []
         self.last: list[dict] = [dict() for _ in range(nmax - nmin + 1)]
+        self.num_prompt = 0
 
 
-class PromptLookupCore:
-    def __init__(self, lookup_min: int = 2, lookup_max: int = 5, kappa: float = 1.0):
+class PromptLookupCore(ExportsFinished):
+    def __init__(self, lookup_min: int = 2, lookup_max: int = 5, kappa: float = 1.0,
+                 cache_prompts: bool = False):
         self.nmin, self.nmax, self.kappa = lookup_min, lookup_max, kappa
+        self.cache_prompts = cache_prompts  # what a finished request exports (see SuffixCore)
         self._requests: dict[int, _Request] = {}
+        self._outbox = FinishedOutbox()
 
     def start(self, handle: int, prompt) -> None:
         if handle in self._requests:
             raise KeyError(f"request handle {handle} already started")
         self._requests[handle] = _Request(self.nmin, self.nmax)
         self.extend(handle, prompt)
+        self._requests[handle].num_prompt = len(prompt)
 
     def extend(self, handle: int, tokens) -> None:
         r = self._requests[handle]
@@ -50,8 +57,10 @@ class PromptLookupCore:
     def abort(self, handle: int, keep_scope: bool = False) -> None:
         del self._requests[handle]
 
-    def finish(self, handle: int) -> None:
-        del self._requests[handle]  # nothing outlives the request
+    def finish(self, handle: int, export: bool = True) -> None:
+        r = self._requests.pop(handle)  # nothing outlives the request here
+        if export and self._outbox.budget:  # (requests are unscoped)
+            self._outbox.add(None, r.tokens[0 if self.cache_prompts else r.num_prompt:])
 
     # scopes: nothing is shared between requests, so there is nothing to scope
     def set_scope(self, handle: int, scope) -> None:

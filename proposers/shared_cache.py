@@ -9,19 +9,24 @@ store (a named Ray actor, restarted by Ray if its process dies) and *pulls* what
 replicas published, adding it to its own global cache. Agentic traffic spread over replicas then
 drafts from every replica's history, not only from the requests one replica happened to serve.
 
-Nothing here runs on the decoding step's critical path: ``publish`` appends to an in-memory
-outbox and ``drain`` pops an in-memory inbox; one background thread per replica talks to the
-actor. A slow, dead or restarting store only delays sharing: local drafting goes on meanwhile,
-failures are counted (``shared_cache_errors``) and logged once per outage.
+Nothing here runs on the decoding step's critical path. The drafter's core exports each request
+that finishes normally (its scope and the tokens it caches) to an outbox inside the core, so
+every way of stepping the drafter publishes alike, the native engine step included; aborted
+requests are not published. One background thread per replica drains that outbox, talks to the
+actor, and adds the sequences it pulled to the drafter's global cache. A slow, dead or
+restarting store only delays sharing: local drafting goes on meanwhile, failures are counted
+(``shared_cache_errors``) and logged once per outage, and what waits to be sent is bounded by
+the store's token budget (oldest dropped first, ``shared_cache_dropped_tokens``).
 
 Tenant scopes travel with the sequences: a request's sequence is published with its scope (vLLM:
 its ``cache_salt``) and lands, on every other replica, in that scope's global cache only.
 
-Consistency is eventual: a sequence reaches other replicas within about one pull interval after
-the request finishes (plus the actor's round trip), in the store's order; a replica never sees its
-own sequences back. The store is bounded by a token budget and evicts oldest first; each replica's
-global cache keeps its own budget (``global_cache_tokens``) and eviction. A restarted store
-starts empty (its generation changes and every client restarts its cursor).
+Consistency is eventual: a sequence reaches other replicas' global caches within about one pull
+interval on each side after the request finishes (plus the actor's round trips), in the store's
+order; a replica never sees its own sequences back. The store is bounded by a token budget and
+evicts oldest first; each replica's global cache keeps its own budget (``global_cache_tokens``)
+and eviction. A restarted store starts empty (its generation changes and every client restarts
+its cursor).
 
 Options, under the ``"specdraft"`` key: ``"shared_cache": {"name": "my-app", "tokens": 4000000}``
 plus optional ``namespace`` ("specdraft"), ``pull_interval_s`` (0.5), ``timeout_s`` (2.0),
@@ -174,6 +179,10 @@ class SharedCacheClient:
         self._wake = threading.Event()
         self._closed = False
         self._failing = False
+        self._handover_failing = False
+        self._source: Any = None  # () -> [(scope, tokens)] to publish, asked each round
+        self._sink: Any = None    # (tokens, scope) -> None, for each sequence pulled
+        self._rounds = 0          # exchanges completed, handing over included
         self.figures = {"shared_cache_published_sequences": 0, "shared_cache_published_tokens": 0,
                         "shared_cache_pulled_sequences": 0, "shared_cache_pulled_tokens": 0,
                         "shared_cache_dropped_tokens": 0, "shared_cache_errors": 0,
@@ -183,10 +192,16 @@ class SharedCacheClient:
                                         daemon=True)
         self._thread.start()
 
-    # -- called from the decoding step: in-memory only ------------------------------------------
+    def attach(self, source: Any, sink: Any) -> None:
+        """Let the background thread feed itself: each round it publishes what ``source()``
+        returns ((scope, tokens) pairs) and hands each pulled sequence to ``sink(tokens,
+        scope)`` instead of keeping it for ``drain``."""
+        self._source, self._sink = source, sink
+
+    # -- in-memory only: never waits for the store ------------------------------------------------
     def publish(self, tokens: Sequence[int], scope: str | None = None) -> None:
-        toks = list(tokens)
-        if not toks:
+        toks = tokens if hasattr(tokens, "dtype") else list(tokens)  # int32 arrays stay as they are
+        if not len(toks):
             return
         with self._lock:
             self._outbox.append((scope, toks))
@@ -207,12 +222,14 @@ class SharedCacheClient:
         return out
 
     def flush(self, timeout: float = 60.0) -> bool:
-        """Wait until the outbox is sent and one pull has completed after it (tests, shutdown)."""
-        target = self.figures["shared_cache_pulls"] + 2
+        """Wait until a whole round has run after this call (what ``source`` held then is sent,
+        what the store held then is pulled and handed to ``sink``) and the outbox is empty
+        (tests, shutdown)."""
+        target = self._rounds + 2
         self._wake.set()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self._outbox and self.figures["shared_cache_pulls"] >= target:
+            if not self._outbox and self._rounds >= target:
                 return True
             self._wake.set()
             time.sleep(0.01)
@@ -226,7 +243,10 @@ class SharedCacheClient:
     def _run(self) -> None:
         while not self._closed:
             try:
+                self._hand_over(self._take_source)
                 self._exchange()
+                self._hand_over(self._give_sink)
+                self._rounds += 1
                 if self._failing:
                     self._failing = False
                     logger.warning("specdraft: shared cache %r reachable again",
@@ -243,6 +263,28 @@ class SharedCacheClient:
                     self._store = self._link = None
             self._wake.wait(self.opts["pull_interval_s"])
             self._wake.clear()
+
+    def _take_source(self) -> None:
+        if self._source is not None:
+            for scope, tokens in self._source():
+                self.publish(tokens, scope)
+
+    def _give_sink(self) -> None:
+        if self._sink is not None:
+            for scope, tokens in self.drain():
+                self._sink(tokens, scope)
+
+    def _hand_over(self, move) -> None:
+        """``move()``; a failure there (not the store's) is counted and logged once."""
+        try:
+            move()
+        except Exception as e:  # noqa: BLE001 - sharing must never stop the thread
+            self.figures["shared_cache_errors"] += 1
+            if not self._handover_failing:
+                self._handover_failing = True
+                logger.warning("specdraft: shared cache %r: handing sequences over failed "
+                               "(%s: %s); counted in shared_cache_errors", self.opts["name"],
+                               type(e).__name__, e)
 
     def _exchange(self) -> None:
         if self._link is None:
@@ -290,16 +332,20 @@ class SharedCacheDrafter:
     """A drafter that publishes finished requests to the shared store and adds what other
     replicas published to its global cache (evictable, like its own finished requests).
 
-    It records each request's tokens from ``start``/``extend`` (the drafter's core keeps them in
-    its index, not in a form it hands back) and forwards every call to the drafter it wraps.
+    Every call goes to the drafter it wraps, whose core exports each request that finishes
+    normally (``SpecDrafter.export_finished``: its scope and the tokens it caches), including
+    those the native engine step finishes, so vLLM keeps that step. The client's background
+    thread drains that export into the store and adds pulled sequences to the global cache
+    (``SpecDrafter.add_to_global_cache``, safe beside the engine step).
     """
 
     def __init__(self, drafter: Any, opts: dict, client: SharedCacheClient | None = None):
         self.drafter = drafter
         self.shared_options = opts
+        drafter.export_finished(opts["tokens"])
         self.client = client or SharedCacheClient(opts)
-        self._cache_prompts = bool(getattr(drafter.config, "cache_prompts", False))
-        self._tokens: dict[Any, tuple[int, list[int]]] = {}  # req_id -> (prompt length, tokens)
+        # the thread holds the wrapped drafter, never this wrapper (whose __del__ closes it)
+        self.client.attach(drafter.drain_finished, drafter.add_to_global_cache)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("drafter", "client"):  # not set yet: __init__ failed
@@ -307,91 +353,14 @@ class SharedCacheDrafter:
         return getattr(self.drafter, name)
 
     def native_engine_step(self):
-        """None: this wrapper records every request's tokens, so the engine goes through step."""
-        return None
-
-    def start(self, req_id, prompt_token_ids: Sequence[int], scope: str | None = None) -> None:
-        self.drafter.start(req_id, prompt_token_ids, scope=scope)
-        toks = [int(t) for t in prompt_token_ids]
-        self._tokens[req_id] = (len(toks), toks)
-
-    def extend(self, req_id, token_ids: Sequence[int], num_accepted: int | None = None) -> None:
-        self.drafter.extend(req_id, token_ids, num_accepted)
-        entry = self._tokens.get(req_id)
-        if entry is not None:
-            entry[1].extend(int(t) for t in token_ids)
-
-    def finish(self, req_id) -> None:
-        scope = self.drafter.scope_of(req_id)
-        self.drafter.finish(req_id)
-        entry = self._tokens.pop(req_id, None)
-        if entry is not None:
-            num_prompt, toks = entry
-            self.client.publish(toks if self._cache_prompts else toks[num_prompt:], scope)
-
-    def abort(self, req_id) -> None:
-        self.drafter.abort(req_id)
-        self._tokens.pop(req_id, None)
-
-    def step(self, req_ids: Sequence, token_ids, num_tokens, num_prompt_tokens, caps, *,
-             rows=None, token_offsets=None, finished: Sequence = (), aborted: Sequence = (),
-             **kwargs):
-        """``SpecDrafter.step`` with the same bookkeeping as the per-request calls: the rows'
-        new tokens are recorded (the step syncs the core natively, out of this wrapper's view),
-        finished requests are published, and pulled sequences reach the global cache first."""
-        import numpy as np
-
-        for req_id in finished:
-            entry = self._tokens.pop(req_id, None)
-            if entry is not None:
-                num_prompt, toks = entry
-                self.client.publish(toks if self._cache_prompts else toks[num_prompt:],
-                                    self.drafter.scope_of(req_id))
-        for req_id in aborted:
-            self._tokens.pop(req_id, None)
-        self.take_shared()
-        out = self.drafter.step(req_ids, token_ids, num_tokens, num_prompt_tokens, caps,
-                                rows=rows, token_offsets=token_offsets, finished=finished,
-                                aborted=aborted, **kwargs)
-        tokens = np.asarray(token_ids)
-        n = np.asarray(num_tokens).tolist()
-        prompt = np.asarray(num_prompt_tokens).tolist()
-        if token_offsets is not None:
-            off = np.asarray(token_offsets).tolist()
-        else:
-            row_of = list(range(len(req_ids))) if rows is None else np.asarray(rows).tolist()
-        for j, req_id in enumerate(req_ids):
-            entry = self._tokens.get(req_id)
-            known = len(entry[1]) if entry is not None else 0
-            if entry is None or n[j] < known:  # new, or the engine's history shrank: restart
-                entry = self._tokens[req_id] = (int(prompt[j]), [])
-                known = 0
-            if n[j] > known:
-                if token_offsets is not None:  # the row's last tokens, ending at position n[j]
-                    first = n[j] - (off[j + 1] - off[j])
-                    new = tokens[off[j] + max(known - first, 0):off[j + 1]]
-                else:
-                    new = tokens[row_of[j], known:n[j]]
-                entry[1].extend(new.tolist())
-        return out
-
-    def take_shared(self) -> int:
-        """Add sequences pulled from the store to the global cache; returns how many."""
-        seqs = self.client.drain()
-        for scope, seq in seqs:
-            self.drafter.add_to_global_cache(seq, scope)
-        return len(seqs)
-
-    def draft_batch(self, req_ids: Sequence, max_budget: int | None = None, batch=None):
-        self.take_shared()
-        return self.drafter.draft_batch(req_ids, max_budget, batch)
-
-    def draft(self, req_id, budget: int | None = None):
-        return self.draft_batch([req_id], budget)[0]
+        """The wrapped drafter's: finished requests are exported by its core."""
+        return self.drafter.native_engine_step()
 
     def metrics(self) -> dict:
         m = self.drafter.metrics()
         m.update(self.client.figures)
+        # dropped before the client took them (its thread stalled)
+        m["shared_cache_dropped_tokens"] += self.drafter.core.export_dropped_tokens()
         return m
 
     def close(self) -> None:

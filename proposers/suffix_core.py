@@ -26,6 +26,10 @@ request wrote (or was given) predicts its next tokens better than other requests
 same match length (an agent rewriting its file, a summary quoting its document). These are raw estimates; the adaptive
 controller calibrates them against what the target actually accepted.
 
+Export (``enable_export``). For the shared cache, a core can keep each request that finishes
+normally (``finish``; aborts export nothing) as its scope and the tokens ``finish`` caches, for
+``drain_finished`` to hand over; a token budget bounds what waits.
+
 Scopes (tenants). A request may be given a scope before it starts (``set_scope``: a string, the
 engine's tenant key such as vLLM's ``cache_salt``; None: the unscoped pool). Each scope has its
 own global index, cached-request FIFO and live sequences, created at its first request, so a
@@ -42,9 +46,48 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+import numpy as np
+
 from specdraft.proposers.suffix_index import SuffixIndex
 
 _LOCAL_SEQ = 0
+
+
+class FinishedOutbox:
+    """Requests that finished normally (not aborted), as (scope, tokens), oldest first: what a
+    core exports for the shared cache to publish (``enable_export``). At most ``budget`` tokens
+    are held: past it the oldest are dropped (counted in ``dropped_tokens``), the newest is always
+    kept. Native: ``SuffixCore::export_finished``."""
+
+    __slots__ = ("budget", "items", "tokens", "dropped_tokens")
+
+    def __init__(self):
+        self.budget = 0  # 0: off
+        self.items: deque = deque()
+        self.tokens = 0
+        self.dropped_tokens = 0
+
+    def enable(self, budget_tokens: int) -> None:
+        self.budget = max(0, int(budget_tokens))
+        if not self.budget:
+            self.items.clear()
+            self.tokens = 0
+
+    def add(self, scope, tokens) -> None:
+        if not self.budget or not tokens:
+            return
+        self.items.append((scope, list(tokens)))
+        self.tokens += len(tokens)
+        while self.tokens > self.budget and len(self.items) > 1:
+            n = len(self.items.popleft()[1])
+            self.tokens -= n
+            self.dropped_tokens += n
+
+    def drain(self) -> list:
+        out = [(k, np.array(t, dtype=np.int32)) for k, t in self.items]
+        self.items.clear()
+        self.tokens = 0
+        return out
 
 
 class _Scope:
@@ -76,7 +119,28 @@ class _Request:
         self.scope = scope
 
 
-class SuffixCore:
+class ExportsFinished:
+    """The export calls of a core whose ``finish`` feeds ``self._outbox`` (a FinishedOutbox)."""
+
+    _outbox: FinishedOutbox
+
+    def enable_export(self, budget_tokens: int) -> None:
+        """Keep each request that finishes normally for ``drain_finished``: its scope and the
+        tokens finish caches (the output, or prompt + output with ``cache_prompts``), at most
+        ``budget_tokens`` tokens held (oldest dropped first); <= 0: off."""
+        self._outbox.enable(budget_tokens)
+
+    def drain_finished(self) -> list:
+        """[(scope or None, int32 array)] of the requests finished since the last call, oldest
+        first."""
+        return self._outbox.drain()
+
+    def export_dropped_tokens(self) -> int:
+        """Tokens of finished requests dropped from a full outbox so far."""
+        return self._outbox.dropped_tokens
+
+
+class SuffixCore(ExportsFinished):
     def __init__(self, max_depth: int = 24, global_cache_tokens: int = 1_000_000,
                  max_children: int = 4, min_path_prob: float = 0.02, kappa: float = 1.0,
                  cache_prompts: bool = False, local_weight: int = 1, live_outputs: bool = False,
@@ -103,6 +167,7 @@ class SuffixCore:
         self._requests: dict[int, _Request] = {}
         self.cached_tokens = 0   # request tokens in all scopes' global caches (evictable)
         self.corpus_tokens = 0   # pinned corpus tokens in all scopes held
+        self._outbox = FinishedOutbox()
 
     @property
     def global_index(self) -> SuffixIndex:
@@ -212,8 +277,13 @@ class SuffixCore:
         if r.global_seq >= 0:  # an aborted request's tokens are not cached
             r.scope.index.remove(r.global_seq)
 
-    def finish(self, handle: int) -> None:
+    def finish(self, handle: int, export: bool = True) -> None:
+        """The request ended normally: its tokens join its scope's global cache (and the outbox
+        when export is on; ``export=False``: a sequence learned elsewhere)."""
         r = self._requests.pop(handle)
+        if export and self._outbox.budget:
+            self._outbox.add(self._handle_scope.get(handle),
+                             r.index.seqs[_LOCAL_SEQ][0 if self.cache_prompts else r.num_prompt:])
         s = r.scope
         s.live -= 1
         self._touch(s)

@@ -45,3 +45,91 @@ def test_the_shared_cache_module_imports_no_cluster_framework():
     code = ("import sys, specdraft.proposers.shared_cache, specdraft.proposers; "
             "assert 'ray' not in sys.modules, 'ray imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _replica(store: SharedCacheStore, origin: str, options: dict | None = None):
+    from specdraft.proposers.drafter import SpecDrafter
+    from specdraft.proposers.shared_cache import SharedCacheDrafter
+
+    opts = validate_options({"name": "t", "tokens": 10_000, "pull_interval_s": 0.01})
+    client = SharedCacheClient(opts, origin=origin, connect=lambda o_, s_: InProcessLink(store))
+    drafter = SpecDrafter({"native": True, "adaptive": False, **(options or {})}, vocab_size=50)
+    return SharedCacheDrafter(drafter, opts, client)
+
+
+def test_the_native_engine_step_publishes_the_requests_it_finishes():
+    """With the shared cache on, vLLM keeps the native engine step (the wrapped drafter's), and
+    the requests it finishes (those its tokens ended, and those the engine reported) reach the
+    store and, through it, another replica's global cache in their scope."""
+    import numpy as np
+
+    store = SharedCacheStore(10_000)
+    a, b = _replica(store, "a"), _replica(store, "b")
+    try:
+        pair = a.native_engine_step()
+        assert pair is not None and pair[1] is a.drafter.core
+        engine, core = pair
+        prompts = {"r1": [1, 2, 3, 4, 5], "r2": [6, 7]}
+        outputs = {"r1": [], "r2": []}
+        a.set_scope("r1", "tenant")  # as the vLLM hooks do before a request's first row
+
+        def step(emitted: dict, finished=()):
+            ids = list(emitted)
+            for r in ids:
+                outputs[r] += emitted[r]
+            hist = [prompts[r] + outputs[r] for r in ids]
+            buf = np.zeros((max(1, len(ids)), 32), dtype=np.int32)
+            for i, h in enumerate(hist):
+                buf[i, :len(h)] = h
+            rules = {"r1": (True, 3, ()), "r2": None}  # r1 ends after 3 output tokens
+            return engine.step(core, ids, [emitted[r] for r in ids],
+                               np.array([len(h) for h in hist], dtype=np.int32), buf,
+                               np.array([len(prompts[r]) for r in ids], dtype=np.int32), {}, 4,
+                               31, 32, rules.get, list(finished), [])
+
+        step({"r1": [10], "r2": [20]})
+        step({"r1": [11], "r2": [21]})
+        step({"r1": [12], "r2": [22]})  # r1's third output token ends it, inside the step
+        assert not a.has("r1") and a.has("r2")
+        step({}, finished=["r2"])       # the engine reports r2 finished
+        assert a.client.flush(10) and b.client.flush(10)
+        _, _, held = store.pull(-1, "someone else")
+        assert [(k, list(map(int, t))) for k, t in held] == [
+            ("tenant", [10, 11, 12]), (None, [20, 21, 22])]
+        assert a.metrics()["shared_cache_published_tokens"] == 6
+        assert b.drafter.core.global_tokens() == 6
+        assert b.drafter._next_handle == 0  # pulled sequences drew no request handle
+        b.start("q", [10, 11], scope="tenant")
+        assert b.draft("q", 4).token_ids[:1] == [12]
+        b.extend("q", [12])
+        b.finish("q")
+        assert b.client.flush(10)
+        assert store.published == 3  # b published its own request, not what it pulled
+        assert b.metrics()["shared_cache_published_tokens"] == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_requests_served_per_request_or_by_step_are_published_alike():
+    """The Python core exports too: per-request calls and SpecDrafter.step publish the same."""
+    import numpy as np
+
+    store = SharedCacheStore(10_000)
+    a = _replica(store, "a", {"native": False, "cache_prompts": True})
+    try:
+        assert a.native_engine_step() is None
+        a.start("x", [1, 2], scope="s")
+        a.extend("x", [3, 4])
+        a.finish("x")
+        a.start("y", [5])
+        a.abort("y")  # aborted requests are not published
+        buf = np.array([[7, 8, 9, 0]], dtype=np.int32)
+        a.step(["z"], buf, [2], [2], 0)
+        a.step(["z"], buf, [3], [2], 0)
+        a.step([], buf[:0], [], [], 0, finished=["z"])
+        assert a.client.flush(10)
+        _, _, held = store.pull(-1, "someone else")
+        assert [(k, list(map(int, t))) for k, t in held] == [("s", [1, 2, 3, 4]), (None, [7, 8, 9])]
+    finally:
+        a.close()

@@ -181,11 +181,13 @@ class SuffixCore {
     if (gs >= 0) sc.index.remove(gs);  // an aborted request's tokens are not cached
   }
 
-  void finish(int64_t h) {
+  // exported: record it in the outbox when export is on (false: a sequence learned elsewhere)
+  void finish(int64_t h, bool exported = true) {
     auto it = requests_.find(h);
     if (it == requests_.end()) throw KeyErr{h, ""};
     std::unique_ptr<Request> r = std::move(it->second);
     requests_.erase(it);
+    if (exported && export_budget_ > 0) export_finished(h, *r);
     Scope& sc = *r->scope;
     sc.live -= 1;
     touch(sc);
@@ -212,6 +214,30 @@ class SuffixCore {
       cache(sc, sid, n);
     }
   }
+
+  // ------------------------------------------------------------------------- export
+  // Python FinishedOutbox: requests that finish normally (not aborted), as (scope, the tokens
+  // finish caches: the output, or prompt + output with cache_prompts), oldest first, for the
+  // shared cache to publish. At most budget_tokens are held: past it the oldest are dropped
+  // (counted), the newest is always kept. budget_tokens <= 0: off, the outbox emptied.
+  struct Finished {
+    std::optional<std::string> scope;
+    std::vector<int32_t> toks;
+  };
+  void enable_export(int64_t budget_tokens) {
+    export_budget_ = std::max<int64_t>(0, budget_tokens);
+    if (export_budget_ == 0) {
+      outbox_.clear();
+      outbox_tokens_ = 0;
+    }
+  }
+  std::deque<Finished> take_finished() {
+    std::deque<Finished> out;
+    out.swap(outbox_);
+    outbox_tokens_ = 0;
+    return out;
+  }
+  int64_t export_dropped_tokens() const { return export_dropped_tokens_; }
 
   // Python SuffixCore._cache: keep finished sequence sid (n tokens) in scope sc; evict its
   // oldest past the scope's budget, then, past the total, the least recently used other scope's
@@ -647,6 +673,22 @@ class SuffixCore {
     }
   };
 
+  void export_finished(int64_t h, const Request& r) {
+    const std::vector<int32_t>& all = r.index.tokens_of_slot(0);
+    const size_t skip = cache_prompts_ ? 0 : (size_t)std::min<int64_t>(r.num_prompt, (int64_t)all.size());
+    if (skip == all.size()) return;
+    const std::string* sc = scope_ptr(h);
+    outbox_.push_back(Finished{sc ? std::optional<std::string>(*sc) : std::nullopt,
+                               std::vector<int32_t>(all.begin() + (std::ptrdiff_t)skip, all.end())});
+    outbox_tokens_ += (int64_t)(all.size() - skip);
+    while (outbox_tokens_ > export_budget_ && outbox_.size() > 1) {
+      const int64_t n = (int64_t)outbox_.front().toks.size();
+      outbox_.pop_front();
+      outbox_tokens_ -= n;
+      export_dropped_tokens_ += n;
+    }
+  }
+
   int64_t add_global(Scope& sc, const int32_t* toks, size_t n) {
     const int64_t sid = sc.next_seq++;
     int32_t si = sc.index.add_sequence(sid);
@@ -740,6 +782,10 @@ class SuffixCore {
   std::unordered_map<int64_t, std::unique_ptr<Request>> requests_;
   int64_t cached_tokens_ = 0;
   int64_t corpus_tokens_ = 0;
+  int64_t export_budget_ = 0;  // 0: finished requests are not exported
+  std::deque<Finished> outbox_;
+  int64_t outbox_tokens_ = 0;
+  int64_t export_dropped_tokens_ = 0;
   // scratch (single-threaded use is guaranteed by the bindings' mutex)
   std::vector<HeapItem> heap_;
   std::vector<Mixed> mixed_;

@@ -653,7 +653,30 @@ PYBIND11_MODULE(_suffix_native, m) {
       .def("abort", core_call(&SuffixCore::abort),
            py::arg("handle"), py::arg("keep_scope") = false)
       .def("finish", core_call<NoGil>(&SuffixCore::finish),
-           py::arg("handle"))
+           py::arg("handle"), py::arg("export") = true)
+      .def("enable_export", core_call(&SuffixCore::enable_export), py::arg("budget_tokens"),
+           "Keep each request that finishes normally, as drain_finished() returns it, at most "
+           "budget_tokens tokens (oldest dropped first); <= 0: off.")
+      .def("drain_finished",
+           [](PyCore& s) {
+             std::deque<SuffixCore::Finished> got = locked<NoGil>(s, [&] { return s.core.take_finished(); });
+             py::list out(got.size());
+             std::vector<int32_t*> dst(got.size());
+             for (size_t i = 0; i < got.size(); ++i) {
+               py::array_t<int32_t> a((py::ssize_t)got[i].toks.size());
+               dst[i] = a.mutable_data();
+               out[i] = py::make_tuple(got[i].scope ? py::object(py::str(*got[i].scope)) : py::object(py::none()), a);
+             }
+             {
+               py::gil_scoped_release rel;
+               for (size_t i = 0; i < got.size(); ++i)
+                 std::memcpy(dst[i], got[i].toks.data(), got[i].toks.size() * sizeof(int32_t));
+             }
+             return out;
+           },
+           "[(scope or None, int32 array)] of the requests finished since the last call, oldest first.")
+      .def("export_dropped_tokens", core_call(&SuffixCore::export_dropped_tokens),
+           "Tokens of finished requests dropped from a full outbox so far.")
       .def("load_corpus",
            [](PyCore& s, py::handle toks, py::handle scopes) {
              std::vector<int32_t> v = tokens_of(toks);
