@@ -2,8 +2,7 @@
 //
 // The Python twins (proposers/suffix_index.py, proposers/suffix_core.py) are the specification;
 // tests/test_native_twin.py checks that both return identical answers on random streams.
-// Native extensions: batch entry points (extend_batch, draft_batch, step_batch; they release the
-// GIL while they work), memory_bytes(), evict_global(), compact_global().
+// Native extensions: memory_bytes(), evict_global(), compact_global().
 // The engine step (`step`, native twin of SpecDrafter._step_python) and the draft-length
 // controller (`ctl_*`, native twin of proposers/controller.py) live on the core, so that one call
 // with flat arrays does a whole step with the GIL released.
@@ -113,8 +112,8 @@ std::vector<int64_t> ints_of(py::handle obj) {
 }
 
 // ------------------------------------------------------------------------------- results
-py::tuple draft_tuple(const int32_t* toks, const int32_t* parents, const double* probs, size_t n,
-                      int64_t match_len) {
+py::tuple draft_tuple(const Draft& d) {
+  const size_t n = d.toks.size();
   PyObject* t = new_ref_or_throw(PyList_New((Py_ssize_t)n));
   py::object tl = py::reinterpret_steal<py::object>(t);
   PyObject* p = new_ref_or_throw(PyList_New((Py_ssize_t)n));
@@ -122,15 +121,11 @@ py::tuple draft_tuple(const int32_t* toks, const int32_t* parents, const double*
   PyObject* q = new_ref_or_throw(PyList_New((Py_ssize_t)n));
   py::object ql = py::reinterpret_steal<py::object>(q);
   for (size_t i = 0; i < n; ++i) {
-    PyList_SET_ITEM(t, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(toks[i])));
-    PyList_SET_ITEM(p, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(parents[i])));
-    PyList_SET_ITEM(q, (Py_ssize_t)i, new_ref_or_throw(PyFloat_FromDouble(probs[i])));
+    PyList_SET_ITEM(t, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(d.toks[i])));
+    PyList_SET_ITEM(p, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(d.parents[i])));
+    PyList_SET_ITEM(q, (Py_ssize_t)i, new_ref_or_throw(PyFloat_FromDouble(d.probs[i])));
   }
-  return py::make_tuple(tl, pl, ql, py::int_(match_len));
-}
-
-py::tuple draft_tuple(const Draft& d) {
-  return draft_tuple(d.toks.data(), d.parents.data(), d.probs.data(), d.toks.size(), d.match_len);
+  return py::make_tuple(tl, pl, ql, py::int_(d.match_len));
 }
 
 py::object state_obj(State st) {
@@ -150,7 +145,6 @@ State state_of(py::handle obj, const SuffixIndex& idx) {
 struct PyCore {
   SuffixCore core;
   std::mutex mu;
-  Draft scratch;
   std::unique_ptr<DraftLengthController> ctl;  // set_controller(); none: drafts are not sized
   Stepper stepper;
   StepOutput step_out;
@@ -376,96 +370,6 @@ py::list rows_to_lists(const I32Array& tokens, const I32Array& lengths) {
   return res;
 }
 
-struct BatchOut {
-  std::vector<int32_t> toks, parents;
-  std::vector<double> probs;
-  std::vector<size_t> off;  // n + 1
-  std::vector<int64_t> match;
-};
-
-// Per request: extend (when toks given) then draft (when do_draft). Releases the GIL.
-py::object run_batch(PyCore& self, py::handle handles, py::handle token_lists, py::handle budgets, bool tree,
-                     bool do_extend, bool do_draft) {
-  std::vector<int64_t> hs = ints_of(handles);
-  const size_t n = hs.size();
-  std::vector<int32_t> flat;
-  std::vector<size_t> toff;
-  if (do_extend) {
-    toff.reserve(n + 1);
-    toff.push_back(0);
-    size_t m = 0;
-    for (py::handle tl : token_lists) {
-      if (m == n) throw py::value_error("token_lists is longer than handles");
-      read_tokens(tl, flat);
-      toff.push_back(flat.size());
-      ++m;
-    }
-    if (m != n) throw py::value_error("token_lists has " + std::to_string(m) + " entries for " + std::to_string(n) + " handles");
-  }
-  std::vector<int64_t> bs;
-  if (do_draft) {
-    if (PyLong_Check(budgets.ptr())) {
-      bs.assign(n, to_i64(budgets.ptr()));
-    } else {
-      bs = ints_of(budgets);
-      if (bs.size() != n)
-        throw py::value_error("budgets has " + std::to_string(bs.size()) + " entries for " + std::to_string(n) + " handles");
-    }
-  }
-  BatchOut out;
-  bool missing = false;
-  int64_t missing_h = 0;
-  locked<NoGil>(self, [&] {
-    std::vector<SuffixCore::Request*> rs(n);
-    for (size_t i = 0; i < n; ++i) {
-      rs[i] = self.core.find(hs[i]);
-      if (!rs[i]) {
-        missing = true;
-        missing_h = hs[i];
-        break;
-      }
-    }
-    if (!missing) {
-      if (do_draft) {
-        size_t cap = 0;
-        for (int64_t b : bs) cap += (size_t)std::max<int64_t>(0, std::min<int64_t>(b, 4096));
-        out.toks.reserve(cap);
-        out.parents.reserve(cap);
-        out.probs.reserve(cap);
-        out.off.reserve(n + 1);
-        out.match.reserve(n);
-        out.off.push_back(0);
-      }
-      Draft& d = self.scratch;
-      if (do_extend && n) self.core.prefetch_req(*rs[0], flat.data() + toff[0], toff[1] - toff[0]);
-      for (size_t i = 0; i < n; ++i) {
-        if (do_extend && i + 1 < n)  // the next request's first lookups overlap this one's work
-          self.core.prefetch_req(*rs[i + 1], flat.data() + toff[i + 1], toff[i + 2] - toff[i + 1]);
-        if (do_extend) self.core.extend_req(*rs[i], flat.data() + toff[i], toff[i + 1] - toff[i]);
-        if (do_draft) {
-          self.core.draft_req(*rs[i], bs[i], tree, d);
-          out.toks.insert(out.toks.end(), d.toks.begin(), d.toks.end());
-          out.parents.insert(out.parents.end(), d.parents.begin(), d.parents.end());
-          out.probs.insert(out.probs.end(), d.probs.begin(), d.probs.end());
-          out.off.push_back(out.toks.size());
-          out.match.push_back(d.match_len);
-        }
-      }
-    }
-  });
-  if (missing) {
-    PyErr_SetObject(PyExc_KeyError, py::int_(missing_h).ptr());
-    throw py::error_already_set();
-  }
-  if (!do_draft) return py::none();
-  py::list res(n);
-  for (size_t i = 0; i < n; ++i) {
-    const size_t a = out.off[i], b = out.off[i + 1];
-    res[i] = draft_tuple(out.toks.data() + a, out.parents.data() + a, out.probs.data() + a, b - a, out.match[i]);
-  }
-  return std::move(res);
-}
-
 }  // namespace
 
 PYBIND11_MODULE(_suffix_native, m) {
@@ -673,24 +577,6 @@ PYBIND11_MODULE(_suffix_native, m) {
            },
            py::arg("handle"), py::arg("budget"), py::arg("tree") = false,
            "Draft up to budget nodes: (token_ids, parents, probs, match_len).")
-      .def("extend_batch",
-           [](PyCore& s, py::handle handles, py::handle token_lists) {
-             run_batch(s, handles, token_lists, py::none(), false, true, false);
-           },
-           py::arg("handles"), py::arg("token_lists"),
-           "extend(handles[i], token_lists[i]) for each i (GIL released; all handles are checked first).")
-      .def("draft_batch",
-           [](PyCore& s, py::handle handles, py::handle budgets, bool tree) {
-             return run_batch(s, handles, py::none(), budgets, tree, false, true);
-           },
-           py::arg("handles"), py::arg("budgets"), py::arg("tree") = false,
-           "[draft(h, b, tree) for h, b in zip(handles, budgets)]; budgets may be one int.")
-      .def("step_batch",
-           [](PyCore& s, py::handle handles, py::handle token_lists, py::handle budgets, bool tree) {
-             return run_batch(s, handles, token_lists, budgets, tree, true, true);
-           },
-           py::arg("handles"), py::arg("token_lists"), py::arg("budgets"), py::arg("tree") = false,
-           "extend then draft for each request, in one call (GIL released).")
       .def("step", &run_step, py::arg("handles"), py::arg("token_ids"), py::arg("num_tokens"),
            py::arg("num_prompt_tokens"), py::arg("caps"), py::arg("rows") = py::none(),
            py::arg("token_offsets") = py::none(), py::arg("num_accepted") = py::none(),
