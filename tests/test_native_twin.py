@@ -477,6 +477,30 @@ def test_token_inputs_numpy_and_tuples():
     nat.extend(0, arr)
     assert nat.draft(0, 8) == py.draft(0, 8)
 
+    for big in ([1, 2**31], np.asarray([1, 2**31], dtype=np.int64)):
+        with pytest.raises(OverflowError, match="token 2147483648 does not fit in int32"):
+            nat.extend(0, big)
+
+
+def test_integer_arrays_name_their_argument():
+    """Per-row integers: lists, tuples or 1-D integer arrays of any width (read in place); the
+    engine step takes 1-D integer arrays only. A wrong one is named in the error."""
+    np = pytest.importorskip("numpy")
+    buf = np.zeros((2, 4), dtype=np.int32)
+    for num_tokens in ([2, 2], (2, 2), np.array([2, 2], dtype=np.uint8), np.array([2, 2, 2], np.int64)[::2]):
+        toks, lens, counts = native.SuffixCore(max_depth=4).step([0, 1], buf, num_tokens, [1, 1], 0)
+        assert counts[0] == 2
+    with pytest.raises(ValueError, match=r"num_prompt_tokens must have one entry per row \(2\), got 3"):
+        native.SuffixCore(max_depth=4).step([0, 1], buf, [2, 2], np.array([1, 1, 1]), 0)
+    core = native.SuffixCore(max_depth=4)
+    step = native.EngineStep({}, 0)
+    args = dict(verified=None, budget=2, max_len=100, end_len=100, describe=None, finished=None, aborted=None)
+    with pytest.raises(ValueError, match="num_tokens must be a 1-D integer array"):
+        step.step(core, ["a"], [[1]], [2], buf, np.array([1]), **args)
+    with pytest.raises(ValueError, match="num_prompt_tokens must be a 1-D integer array"):
+        step.step(core, ["a"], [[1]], np.array([2]), buf, np.array([1.0]), **args)
+    assert step.step(core, ["a"], [[1]], np.array([2], np.uint16), buf, np.array([1], np.int64), **args) == [[0]]
+
 
 # ------------------------------------------------------------------------------ memory
 def test_memory_returns_to_baseline():

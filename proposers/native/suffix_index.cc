@@ -27,89 +27,8 @@ using namespace specdraft;
 
 namespace {
 
-// ----------------------------------------------------------------------- argument conversion
-// to_i64 / to_token / new_ref_or_throw: py_convert.h (shared with engine_step.h).
-
-template <typename T>
-void copy_strided(const char* base, Py_ssize_t n, Py_ssize_t stride, std::vector<int32_t>& out) {
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    T v;
-    std::memcpy(&v, base + i * stride, sizeof(T));
-    if ((long long)v < INT32_MIN || (long long)v > INT32_MAX || (std::is_unsigned<T>::value && v > (T)INT32_MAX)) {
-      PyErr_SetString(PyExc_OverflowError, "token does not fit in int32");
-      throw py::error_already_set();
-    }
-    out.push_back((int32_t)v);
-  }
-}
-
-// Appends the tokens of `obj` (list, tuple, 1-D integer buffer such as a numpy array, or any
-// iterable of integers) to `out`.
-void read_tokens(py::handle obj, std::vector<int32_t>& out) {
-  PyObject* o = obj.ptr();
-  if (PyList_CheckExact(o)) {
-    Py_ssize_t n = PyList_GET_SIZE(o);
-    out.reserve(out.size() + n);
-    for (Py_ssize_t i = 0; i < n; ++i) out.push_back(to_token(PyList_GET_ITEM(o, i)));
-    return;
-  }
-  if (PyTuple_CheckExact(o)) {
-    Py_ssize_t n = PyTuple_GET_SIZE(o);
-    out.reserve(out.size() + n);
-    for (Py_ssize_t i = 0; i < n; ++i) out.push_back(to_token(PyTuple_GET_ITEM(o, i)));
-    return;
-  }
-  if (PyObject_CheckBuffer(o)) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(o, &view, PyBUF_STRIDES | PyBUF_FORMAT) == 0) {
-      struct Release {
-        Py_buffer* v;
-        ~Release() { PyBuffer_Release(v); }
-      } rel{&view};
-      const char* f = view.format ? view.format : "B";
-      while (*f == '@' || *f == '=' || *f == '<' || *f == '>' || *f == '!') ++f;
-      const char fc = f[0];
-      const bool one_char = fc != 0 && f[1] == 0;
-      if (view.ndim == 1 && one_char && std::strchr("bBhHiIlLqQ", fc)) {
-        const Py_ssize_t n = view.shape[0];
-        const Py_ssize_t st = view.strides ? view.strides[0] : view.itemsize;
-        const char* b = (const char*)view.buf;
-        out.reserve(out.size() + n);
-        const bool uns = (fc >= 'A' && fc <= 'Z');
-        switch (view.itemsize) {
-          case 1: uns ? copy_strided<uint8_t>(b, n, st, out) : copy_strided<int8_t>(b, n, st, out); return;
-          case 2: uns ? copy_strided<uint16_t>(b, n, st, out) : copy_strided<int16_t>(b, n, st, out); return;
-          case 4: uns ? copy_strided<uint32_t>(b, n, st, out) : copy_strided<int32_t>(b, n, st, out); return;
-          case 8: uns ? copy_strided<uint64_t>(b, n, st, out) : copy_strided<int64_t>(b, n, st, out); return;
-          default: break;
-        }
-      }
-      // other buffers: fall through to iteration
-    } else {
-      PyErr_Clear();
-    }
-  }
-  for (py::handle item : obj) out.push_back(to_token(item.ptr()));
-}
-
-std::vector<int32_t> tokens_of(py::handle obj) {
-  std::vector<int32_t> v;
-  read_tokens(obj, v);
-  return v;
-}
-
-std::vector<int64_t> ints_of(py::handle obj) {
-  std::vector<int64_t> v;
-  PyObject* o = obj.ptr();
-  if (PyList_CheckExact(o)) {
-    Py_ssize_t n = PyList_GET_SIZE(o);
-    v.reserve(n);
-    for (Py_ssize_t i = 0; i < n; ++i) v.push_back(to_i64(PyList_GET_ITEM(o, i)));
-    return v;
-  }
-  for (py::handle item : obj) v.push_back(to_i64(item.ptr()));
-  return v;
-}
+// Argument conversion (to_i64, to_token, tokens_of, ints_of: integer arrays read in place) is in
+// py_convert.h, shared with engine_step.h.
 
 // ------------------------------------------------------------------------------- results
 py::tuple draft_tuple(const Draft& d) {
@@ -190,7 +109,6 @@ auto core_call(R (SuffixCore::*m)(A...) const) {
   return [m](PyCore& s, A... a) -> R { return locked<Gil>(s, [&]() -> R { return (s.core.*m)(a...); }); };
 }
 
-using I64Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 DraftLengthController& controller_of(PyCore& s) {
@@ -204,37 +122,15 @@ std::vector<double> doubles_of(py::handle obj) {
   return v;
 }
 
-std::vector<int32_t> int32s_of(py::handle obj) {
-  std::vector<int32_t> v;
-  for (py::handle item : obj) v.push_back(item.cast<int32_t>());
-  return v;
-}
-
-void need_rows(const I64Array& a, size_t n, const char* name) {
-  if (a.ndim() != 1 || (size_t)a.shape(0) != n)
-    throw ValueErr{std::string(name) + " must be a 1-D array of " + std::to_string(n) + " entries (one per row)"};
-}
-
-// Per-row integers from a list, a tuple, a 1-D integer buffer (numpy) or an iterable; an int is
-// broadcast; None gives `fill`. Exactly `n` entries are required.
+// Per-row integers from a list, a tuple, a 1-D integer array (numpy, read in place) or an
+// iterable; an int is broadcast; None gives `fill`. Exactly `n` entries are required.
 std::vector<int64_t> row_ints(py::handle obj, size_t n, const char* name, int64_t fill, bool allow_none) {
-  std::vector<int64_t> out;
   if (obj.is_none()) {
     if (!allow_none) throw ValueErr{std::string(name) + " is required"};
-    out.assign(n, fill);
-    return out;
+    return std::vector<int64_t>(n, fill);
   }
-  if (PyLong_Check(obj.ptr())) {
-    out.assign(n, to_i64(obj.ptr()));
-    return out;
-  }
-  if (PyList_CheckExact(obj.ptr())) {
-    out = ints_of(obj);
-  } else {
-    std::vector<int32_t> v;
-    read_tokens(obj, v);
-    out.assign(v.begin(), v.end());
-  }
+  if (PyLong_Check(obj.ptr())) return std::vector<int64_t>(n, to_i64(obj.ptr()));
+  std::vector<int64_t> out = ints_of<int64_t>(obj);
   if (out.size() != n)
     throw ValueErr{std::string(name) + " must have one entry per row (" + std::to_string(n) + "), got " +
                    std::to_string(out.size())};
@@ -245,15 +141,15 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
                    py::handle num_prompt_obj, py::handle caps_obj, py::handle rows_obj, py::handle offsets_obj,
                    py::handle accepted_obj, py::handle emitted_obj, py::handle finished_obj, py::handle aborted_obj,
                    int64_t vocab_size, bool tree, int64_t max_len) {
-  std::vector<int64_t> handles = ints_of(handles_obj);
+  std::vector<int64_t> handles = ints_of<int64_t>(handles_obj);
   const size_t n = handles.size();
   std::vector<int64_t> num_tokens = row_ints(num_tokens_obj, n, "num_tokens", 0, false);
   std::vector<int64_t> num_prompt = row_ints(num_prompt_obj, n, "num_prompt_tokens", 0, false);
   std::vector<int64_t> caps = row_ints(caps_obj, n, "caps", 0, false);
   std::vector<int64_t> accepted = row_ints(accepted_obj, n, "num_accepted", -1, true);
   std::vector<int64_t> emitted = row_ints(emitted_obj, n, "num_emitted", -1, true);
-  std::vector<int64_t> finished = finished_obj.is_none() ? std::vector<int64_t>() : ints_of(finished_obj);
-  std::vector<int64_t> aborted = aborted_obj.is_none() ? std::vector<int64_t>() : ints_of(aborted_obj);
+  std::vector<int64_t> finished = finished_obj.is_none() ? std::vector<int64_t>() : ints_of<int64_t>(finished_obj);
+  std::vector<int64_t> aborted = aborted_obj.is_none() ? std::vector<int64_t>() : ints_of<int64_t>(aborted_obj);
   std::vector<int64_t> row_offset(n), row_start(n, 0);
   if (!offsets_obj.is_none()) {  // flat: row j's tokens are the last tokens of its history
     if (tokens.ndim() != 1) throw ValueErr{"token_offsets needs a 1-D token_ids array"};
@@ -647,13 +543,13 @@ PYBIND11_MODULE(_suffix_native, m) {
       .def("ctl_choose",
            [](PyCore& s, py::handle keys, py::handle drafts, py::handle contexts, py::handle batch,
               py::handle match_lens) {
-             std::vector<int64_t> ks = ints_of(keys);
+             std::vector<int64_t> ks = ints_of<int64_t>(keys);
              std::vector<int32_t> parents;
              std::vector<double> probs;
              std::vector<int64_t> off{0};
              for (py::handle d : drafts) {
                py::sequence q = py::reinterpret_borrow<py::sequence>(d);
-               std::vector<int32_t> pa = int32s_of(q[0]);
+               std::vector<int32_t> pa = ints_of<int32_t>(q[0]);
                std::vector<double> pr = doubles_of(q[1]);
                if (pa.size() != pr.size()) throw ValueErr{"parents and probs differ in length"};
                parents.insert(parents.end(), pa.begin(), pa.end());
@@ -666,7 +562,7 @@ PYBIND11_MODULE(_suffix_native, m) {
                py::sequence b = py::reinterpret_borrow<py::sequence>(batch);
                shape = BatchShape{b[0].cast<int64_t>(), b[1].cast<double>(), b[2].cast<double>()};
              } else if (!contexts.is_none()) {
-               std::vector<int64_t> cs = ints_of(contexts);
+               std::vector<int64_t> cs = ints_of<int64_t>(contexts);
                if (cs.size() != ks.size()) throw ValueErr{"one context per key is needed"};
                int64_t sum = 0, longest = 0;
                for (int64_t c : cs) {
@@ -678,7 +574,7 @@ PYBIND11_MODULE(_suffix_native, m) {
              }
              std::vector<int64_t> mls(ks.size(), 0);
              if (!match_lens.is_none()) {
-               mls = ints_of(match_lens);
+               mls = ints_of<int64_t>(match_lens);
                if (mls.size() != ks.size()) throw ValueErr{"one match length per key is needed"};
              }
              std::vector<int64_t> counts(ks.size());
@@ -694,7 +590,7 @@ PYBIND11_MODULE(_suffix_native, m) {
            py::arg("match_lens") = py::none())
       .def("ctl_path_gains",
            [](PyCore& s, int64_t h, py::handle parents, py::handle probs, int64_t match_len) {
-             std::vector<int32_t> pa = int32s_of(parents);
+             std::vector<int32_t> pa = ints_of<int32_t>(parents);
              std::vector<double> pr = doubles_of(probs);
              std::vector<double> out;
              return locked(s, [&] {
