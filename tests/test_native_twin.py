@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specdraft.proposers.base import DraftTree
 from specdraft.proposers.suffix_core import SuffixCore as PySuffixCore
 from streams import markov_stream
 from specdraft.proposers.suffix_index import SuffixIndex as PySuffixIndex
@@ -259,6 +260,46 @@ def same_state(py: PySuffixCore, nat) -> None:
     assert nat.corpus_tokens == py.corpus_tokens
 
 
+def step_twin(py: PySuffixCore, nat, hs: list[int], news: list[list[int]], caps: list[int], tree: bool,
+              prompts: dict[int, list[int]] | None = None) -> None:
+    """One engine step through the native core's ``step`` (flat token_ids, each row's tokens the
+    tail of its request's history: its new tokens, behind its prompt for a request the step
+    starts) against the Python core driven request by request: start, extend every row, then
+    draft every row. Each row's draft (the best chain of a tree draft) and the step's counts must
+    be the Python core's; so must each whole draft (parents, probabilities, match length) drafted
+    again afterwards."""
+    prompts = prompts or {}
+    flat, offsets, num_tokens, num_prompt = [], [0], [], []
+    for h, t in zip(hs, news):
+        p = prompts.get(h, [])
+        if h in prompts:
+            py.start(h, p)
+        if t:
+            py.extend(h, t)
+        flat += p + t
+        offsets.append(len(flat))
+        num_tokens.append(py.num_tokens(h))
+        num_prompt.append(len(p))
+    want = []
+    for h, c in zip(hs, caps):
+        if c <= 0:
+            want.append([])
+            continue
+        d = py.draft(h, c, tree)
+        want.append(DraftTree(*d).best_path().token_ids if tree else d[0])
+    toks, lens, counts = nat.step(hs, flat, num_tokens, num_prompt, caps, token_offsets=offsets, tree=tree)
+    bounds = [0]
+    for k in lens.tolist():
+        bounds.append(bounds[-1] + k)
+    got = [toks[a:b].tolist() for a, b in zip(bounds, bounds[1:])]
+    assert got == want
+    drafts = sum(1 for w in want if w)
+    assert tuple(counts) == (len(prompts), 0, 0, 0, drafts, bounds[-1])
+    for h, c in zip(hs, caps):
+        if c > 0:
+            assert nat.draft(h, c, tree) == py.draft(h, c, tree)
+
+
 @SETTINGS
 @given(params=CORE_PARAMS, data=st.data())
 def test_core_twin_random_interleavings(params, data):
@@ -275,7 +316,7 @@ def _core_twin_random_interleavings(params, data):
     toks = st.lists(st.integers(0, vocab - 1), max_size=10)
     for _ in range(data.draw(st.integers(1, 40), label="ops")):
         op = data.draw(st.sampled_from(
-            ["start", "extend", "extend", "draft", "draft", "draft", "batch", "finish", "abort", "corpus"]))
+            ["start", "extend", "extend", "draft", "draft", "draft", "step", "finish", "abort", "corpus"]))
         if op == "start" or not live:
             prompt = data.draw(toks)
             py.start(next_h, prompt)
@@ -293,16 +334,17 @@ def _core_twin_random_interleavings(params, data):
             budget = data.draw(st.integers(-1, 12))
             tree = data.draw(st.booleans())
             assert nat.draft(h, budget, tree) == py.draft(h, budget, tree)
-        elif op == "batch":
-            hs = [rng.choice(live) for _ in range(rng.randint(1, 4))]
-            tls = [data.draw(toks) for _ in hs]
-            budgets = [rng.randint(0, 10) for _ in hs]
-            tree = data.draw(st.booleans())
-            want = []
-            for h, t, b in zip(hs, tls, budgets):
-                py.extend(h, t)
-                want.append(py.draft(h, b, tree))
-            assert nat.step_batch(hs, tls, budgets, tree) == want
+        elif op == "step":  # a few rows through the core's engine step, perhaps one it starts
+            hs = rng.sample(live, k=rng.randint(1, min(4, len(live))))
+            prompts = {}
+            if data.draw(st.booleans(), label="arrival"):
+                prompts[next_h] = data.draw(toks)
+                hs.insert(rng.randint(0, len(hs)), next_h)
+                live.append(next_h)
+                next_h += 1
+            news = [data.draw(toks) for _ in hs]
+            caps = [rng.randint(-1, 10) for _ in hs]
+            step_twin(py, nat, hs, news, caps, data.draw(st.booleans()), prompts)
         elif op in ("finish", "abort"):
             h = live.pop(rng.randrange(len(live)))
             getattr(py, op)(h)
@@ -322,7 +364,7 @@ def _core_twin_random_interleavings(params, data):
 @pytest.mark.parametrize("heavy", [1, 4, 24])
 @pytest.mark.parametrize("seed", range(8))
 def test_core_twin_long_sessions(seed, heavy):
-    """Longer streams, deeper tries, tree drafts, batch entry points, steady eviction."""
+    """Longer streams, deeper tries, tree drafts, the engine step, steady eviction."""
     with heavy_threshold(heavy):
         _core_twin_long_sessions(seed)
 
@@ -361,26 +403,19 @@ def _core_twin_long_sessions(seed):
             k = rng.randint(1, 4)
             tls.append(truth[h][:k])
             truth[h] = truth[h][k:]
-        want = []
-        if step % 3 == 1:  # every request's tokens first, then the drafts (what an engine step does)
+        if step % 3 == 0:  # the core's engine step: every request's tokens first, then the drafts
+            step_twin(py, nat, hs, tls, budgets, tree)
+        elif step % 3 == 1:  # the same order through the per-request API
             for h, t in zip(hs, tls):
                 py.extend(h, t)
-            want = [py.draft(h, b, tree) for h, b in zip(hs, budgets)]
+                nat.extend(h, t)
+            for h, b in zip(hs, budgets):
+                assert nat.draft(h, b, tree) == py.draft(h, b, tree), step
         else:  # request by request
             for h, t, b in zip(hs, tls, budgets):
                 py.extend(h, t)
-                want.append(py.draft(h, b, tree))
-        if step % 3 == 0:
-            got = nat.step_batch(hs, tls, budgets, tree)
-        elif step % 3 == 1:
-            nat.extend_batch(hs, tls)
-            got = nat.draft_batch(hs, budgets, tree)
-        else:
-            got = []
-            for h, t, b in zip(hs, tls, budgets):
                 nat.extend(h, t)
-                got.append(nat.draft(h, b, tree))
-        assert got == want, step
+                assert nat.draft(h, b, tree) == py.draft(h, b, tree), step
         if step % 50 == 0:
             nat.check_global()
             nat.check_requests()
@@ -409,13 +444,16 @@ def test_core_errors_match():
                 call()
             assert ei.value.args == (2,)
         assert c.has(1) and not c.has(2)
+    # the engine step checks its arguments before it applies anything
     nat = native.SuffixCore(max_depth=4)
     nat.start(1, [1, 2])
-    with pytest.raises(KeyError):
-        nat.step_batch([1, 9], [[1], [2]], 4)
-    assert nat.num_tokens(1) == 2  # checked before anything was applied
-    with pytest.raises(ValueError):
-        nat.step_batch([1], [[1], [2]], 4)
+    with pytest.raises(ValueError, match=r"caps must have one entry per row \(2\), got 1"):
+        nat.step([1, 9], [3, 5], [3, 1], [2, 1], [4], token_offsets=[0, 1, 2])
+    with pytest.raises(ValueError, match=r"token_offsets must have one entry per row \(3\), got 2"):
+        nat.step([1, 9], [3, 5], [3, 1], [2, 1], [4, 4], token_offsets=[0, 1])
+    with pytest.raises(ValueError, match=r"rows must lie in 0\.\.0"):
+        nat.step([1, 9], [[3, 5, 0]], [3, 1], [2, 1], [4, 4], rows=[0, 1])
+    assert nat.num_tokens(1) == 2 and not nat.has(9)
 
 
 def test_token_inputs_numpy_and_tuples():
@@ -438,6 +476,30 @@ def test_token_inputs_numpy_and_tuples():
     py.extend(0, arr.tolist())
     nat.extend(0, arr)
     assert nat.draft(0, 8) == py.draft(0, 8)
+
+    for big in ([1, 2**31], np.asarray([1, 2**31], dtype=np.int64)):
+        with pytest.raises(OverflowError, match="token 2147483648 does not fit in int32"):
+            nat.extend(0, big)
+
+
+def test_integer_arrays_name_their_argument():
+    """Per-row integers: lists, tuples or 1-D integer arrays of any width (read in place); the
+    engine step takes 1-D integer arrays only. A wrong one is named in the error."""
+    np = pytest.importorskip("numpy")
+    buf = np.zeros((2, 4), dtype=np.int32)
+    for num_tokens in ([2, 2], (2, 2), np.array([2, 2], dtype=np.uint8), np.array([2, 2, 2], np.int64)[::2]):
+        toks, lens, counts = native.SuffixCore(max_depth=4).step([0, 1], buf, num_tokens, [1, 1], 0)
+        assert counts[0] == 2
+    with pytest.raises(ValueError, match=r"num_prompt_tokens must have one entry per row \(2\), got 3"):
+        native.SuffixCore(max_depth=4).step([0, 1], buf, [2, 2], np.array([1, 1, 1]), 0)
+    core = native.SuffixCore(max_depth=4)
+    step = native.EngineStep({}, 0)
+    args = dict(verified=None, budget=2, max_len=100, end_len=100, describe=None, finished=None, aborted=None)
+    with pytest.raises(ValueError, match="num_tokens must be a 1-D integer array"):
+        step.step(core, ["a"], [[1]], [2], buf, np.array([1]), **args)
+    with pytest.raises(ValueError, match="num_prompt_tokens must be a 1-D integer array"):
+        step.step(core, ["a"], [[1]], np.array([2]), buf, np.array([1.0]), **args)
+    assert step.step(core, ["a"], [[1]], np.array([2], np.uint16), buf, np.array([1], np.int64), **args) == [[0]]
 
 
 # ------------------------------------------------------------------------------ memory

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdraft.adapters.request_sync import RequestSync, Row
+from request_sync import RequestSync, Row
 from streams import markov_stream
 from specdraft.proposers import make_drafter
 from specdraft.proposers.controller import COST_MODELS, CostModel, DraftLengthController, cost_spec

@@ -8,7 +8,7 @@ import pytest
 import torch
 from vllm.platforms import current_platform
 
-from specdraft.adapters.request_sync import RequestSync, Row
+from request_sync import RequestSync, Row
 
 
 def test_cpu_expand_kernel_fix_writes_the_callers_buffer():

@@ -115,7 +115,7 @@ class StepView:
             if spec:
                 drafts += 1
                 draft_tokens += len(spec) - invalid.get(req_ids[i], 0)
-                accepted += max(len(sampled) - 1, 0)
+                accepted += accepted_count(len(sampled), len(spec))  # both non-empty here: >= 0
         return drafts, draft_tokens, accepted
 
     def live_req_ids(self):

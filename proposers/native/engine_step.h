@@ -34,78 +34,6 @@
 #include "suffix_core.h"
 
 namespace specdraft {
-namespace engine_step_detail {
-
-namespace py = pybind11;
-
-// A buffer held for the duration of a call (no copy).
-struct Buffer {
-  Py_buffer view{};
-  bool held = false;
-  Buffer() = default;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() {
-    if (held) PyBuffer_Release(&view);
-  }
-  bool get(PyObject* o, int flags) {
-    if (PyObject_GetBuffer(o, &view, flags) != 0) {
-      PyErr_Clear();
-      return false;
-    }
-    held = true;
-    return true;
-  }
-  char format() const {
-    const char* f = view.format ? view.format : "B";
-    while (*f == '@' || *f == '=' || *f == '<' || *f == '>' || *f == '!') ++f;
-    return f[0] != 0 && f[1] == 0 ? f[0] : 0;
-  }
-};
-
-// A 1-D integer array read in place (numpy's int32/int64 arrays, any integer buffer).
-struct IntColumn {
-  Buffer buf;
-  const char* base = nullptr;
-  Py_ssize_t stride = 0, itemsize = 8, size = 0;
-  bool is_signed = true;
-
-  IntColumn(PyObject* obj, const char* name) {
-    if (py::isinstance<py::array>(obj)) {  // numpy: its fields, read directly (no buffer export)
-      py::array a = py::reinterpret_borrow<py::array>(obj);
-      const char kind = a.dtype().kind();
-      if (a.ndim() != 1 || (kind != 'i' && kind != 'u') || a.itemsize() > 8)
-        throw ValueErr{std::string(name) + " must be a 1-D integer array"};
-      is_signed = kind == 'i';
-      itemsize = a.itemsize();
-      base = (const char*)a.data();
-      stride = a.strides(0);
-      size = a.shape(0);
-      return;
-    }
-    const char k = buf.get(obj, PyBUF_STRIDES | PyBUF_FORMAT) ? buf.format() : 0;
-    if (!k || buf.view.ndim != 1 || !std::strchr("bBhHiIlLqQ", k))
-      throw ValueErr{std::string(name) + " must be a 1-D integer array"};
-    is_signed = k >= 'a';
-    itemsize = buf.view.itemsize;
-    base = (const char*)buf.view.buf;
-    stride = buf.view.strides ? buf.view.strides[0] : itemsize;
-    size = buf.view.shape[0];
-  }
-
-  int64_t operator[](Py_ssize_t i) const {
-    const char* p = base + i * stride;
-    switch (itemsize) {
-      case 1: return is_signed ? (int64_t) * (const int8_t*)p : (int64_t) * (const uint8_t*)p;
-      case 2: return is_signed ? (int64_t) * (const int16_t*)p : (int64_t) * (const uint16_t*)p;
-      case 4: return is_signed ? (int64_t) * (const int32_t*)p : (int64_t) * (const uint32_t*)p;
-      default: return *(const int64_t*)p;
-    }
-  }
-};
-
-}  // namespace engine_step_detail
-
 // What the adapter says about a request, asked once when the request is first seen.
 struct RequestRule {
   bool speculates = true;      // false: the request opted out of speculation (cap 0)
@@ -146,7 +74,6 @@ class EngineStep {
                       int64_t max_len, int64_t end_len, pybind11::handle describe, pybind11::handle finished,
                       pybind11::handle aborted, int64_t scored_tokens, double scored_seconds) {
     namespace py = pybind11;
-    using namespace engine_step_detail;
     const auto t0 = std::chrono::steady_clock::now();
     PyObject* ids = req_ids.ptr();
     PyObject* rows_new = new_tokens.ptr();
@@ -407,7 +334,7 @@ class EngineStep {
     rule.speculates = t[0].cast<bool>();
     rule.can_end = true;
     rule.max_output = t[1].is_none() ? -1 : t[1].cast<int64_t>();
-    for (pybind11::handle s : t[2]) rule.stops.push_back(s.cast<int32_t>());
+    rule.stops = tokens_of(t[2]);
     return rule;
   }
 

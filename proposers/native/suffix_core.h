@@ -334,19 +334,6 @@ class SuffixCore {
     }
   };
 
-  // Warm the cache for the next step of r (first appended token, or its draft start) while the
-  // batch serves the request before it.
-  void prefetch_req(const Request& r, const int32_t* toks, size_t n) const {
-    if (n == 0) return;
-    r.index.prefetch_append(0, toks[0]);
-    const SuffixIndex& global_ = r.scope->index;
-    if (r.memo_shape == global_.shape_version() && r.memo_len > 0) {
-      // the global match extends its last state by toks[0] first: node and hash slot
-      __builtin_prefetch(&global_.node_ref(r.memo_st.node));
-      if (r.memo_st.extra == 0) global_.prefetch_child_slot(r.memo_st.node, toks[0]);
-    }
-  }
-
   void extend_req(Request& r, const int32_t* toks, size_t n) {
     r.index.extend_slot(0, toks, n);
     if (r.global_slot >= 0 && r.scope->live > 1) catch_up(r);  // alone in its scope: nobody reads them

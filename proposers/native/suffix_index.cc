@@ -2,8 +2,7 @@
 //
 // The Python twins (proposers/suffix_index.py, proposers/suffix_core.py) are the specification;
 // tests/test_native_twin.py checks that both return identical answers on random streams.
-// Native extensions: batch entry points (extend_batch, draft_batch, step_batch; they release the
-// GIL while they work), memory_bytes(), evict_global(), compact_global().
+// Native extensions: memory_bytes(), evict_global(), compact_global().
 // The engine step (`step`, native twin of SpecDrafter._step_python) and the draft-length
 // controller (`ctl_*`, native twin of proposers/controller.py) live on the core, so that one call
 // with flat arrays does a whole step with the GIL released.
@@ -28,93 +27,12 @@ using namespace specdraft;
 
 namespace {
 
-// ----------------------------------------------------------------------- argument conversion
-// to_i64 / to_token / new_ref_or_throw: py_convert.h (shared with engine_step.h).
-
-template <typename T>
-void copy_strided(const char* base, Py_ssize_t n, Py_ssize_t stride, std::vector<int32_t>& out) {
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    T v;
-    std::memcpy(&v, base + i * stride, sizeof(T));
-    if ((long long)v < INT32_MIN || (long long)v > INT32_MAX || (std::is_unsigned<T>::value && v > (T)INT32_MAX)) {
-      PyErr_SetString(PyExc_OverflowError, "token does not fit in int32");
-      throw py::error_already_set();
-    }
-    out.push_back((int32_t)v);
-  }
-}
-
-// Appends the tokens of `obj` (list, tuple, 1-D integer buffer such as a numpy array, or any
-// iterable of integers) to `out`.
-void read_tokens(py::handle obj, std::vector<int32_t>& out) {
-  PyObject* o = obj.ptr();
-  if (PyList_CheckExact(o)) {
-    Py_ssize_t n = PyList_GET_SIZE(o);
-    out.reserve(out.size() + n);
-    for (Py_ssize_t i = 0; i < n; ++i) out.push_back(to_token(PyList_GET_ITEM(o, i)));
-    return;
-  }
-  if (PyTuple_CheckExact(o)) {
-    Py_ssize_t n = PyTuple_GET_SIZE(o);
-    out.reserve(out.size() + n);
-    for (Py_ssize_t i = 0; i < n; ++i) out.push_back(to_token(PyTuple_GET_ITEM(o, i)));
-    return;
-  }
-  if (PyObject_CheckBuffer(o)) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(o, &view, PyBUF_STRIDES | PyBUF_FORMAT) == 0) {
-      struct Release {
-        Py_buffer* v;
-        ~Release() { PyBuffer_Release(v); }
-      } rel{&view};
-      const char* f = view.format ? view.format : "B";
-      while (*f == '@' || *f == '=' || *f == '<' || *f == '>' || *f == '!') ++f;
-      const char fc = f[0];
-      const bool one_char = fc != 0 && f[1] == 0;
-      if (view.ndim == 1 && one_char && std::strchr("bBhHiIlLqQ", fc)) {
-        const Py_ssize_t n = view.shape[0];
-        const Py_ssize_t st = view.strides ? view.strides[0] : view.itemsize;
-        const char* b = (const char*)view.buf;
-        out.reserve(out.size() + n);
-        const bool uns = (fc >= 'A' && fc <= 'Z');
-        switch (view.itemsize) {
-          case 1: uns ? copy_strided<uint8_t>(b, n, st, out) : copy_strided<int8_t>(b, n, st, out); return;
-          case 2: uns ? copy_strided<uint16_t>(b, n, st, out) : copy_strided<int16_t>(b, n, st, out); return;
-          case 4: uns ? copy_strided<uint32_t>(b, n, st, out) : copy_strided<int32_t>(b, n, st, out); return;
-          case 8: uns ? copy_strided<uint64_t>(b, n, st, out) : copy_strided<int64_t>(b, n, st, out); return;
-          default: break;
-        }
-      }
-      // other buffers: fall through to iteration
-    } else {
-      PyErr_Clear();
-    }
-  }
-  for (py::handle item : obj) out.push_back(to_token(item.ptr()));
-}
-
-std::vector<int32_t> tokens_of(py::handle obj) {
-  std::vector<int32_t> v;
-  read_tokens(obj, v);
-  return v;
-}
-
-std::vector<int64_t> ints_of(py::handle obj) {
-  std::vector<int64_t> v;
-  PyObject* o = obj.ptr();
-  if (PyList_CheckExact(o)) {
-    Py_ssize_t n = PyList_GET_SIZE(o);
-    v.reserve(n);
-    for (Py_ssize_t i = 0; i < n; ++i) v.push_back(to_i64(PyList_GET_ITEM(o, i)));
-    return v;
-  }
-  for (py::handle item : obj) v.push_back(to_i64(item.ptr()));
-  return v;
-}
+// Argument conversion (to_i64, to_token, tokens_of, ints_of: integer arrays read in place) is in
+// py_convert.h, shared with engine_step.h.
 
 // ------------------------------------------------------------------------------- results
-py::tuple draft_tuple(const int32_t* toks, const int32_t* parents, const double* probs, size_t n,
-                      int64_t match_len) {
+py::tuple draft_tuple(const Draft& d) {
+  const size_t n = d.toks.size();
   PyObject* t = new_ref_or_throw(PyList_New((Py_ssize_t)n));
   py::object tl = py::reinterpret_steal<py::object>(t);
   PyObject* p = new_ref_or_throw(PyList_New((Py_ssize_t)n));
@@ -122,15 +40,11 @@ py::tuple draft_tuple(const int32_t* toks, const int32_t* parents, const double*
   PyObject* q = new_ref_or_throw(PyList_New((Py_ssize_t)n));
   py::object ql = py::reinterpret_steal<py::object>(q);
   for (size_t i = 0; i < n; ++i) {
-    PyList_SET_ITEM(t, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(toks[i])));
-    PyList_SET_ITEM(p, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(parents[i])));
-    PyList_SET_ITEM(q, (Py_ssize_t)i, new_ref_or_throw(PyFloat_FromDouble(probs[i])));
+    PyList_SET_ITEM(t, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(d.toks[i])));
+    PyList_SET_ITEM(p, (Py_ssize_t)i, new_ref_or_throw(PyLong_FromLong(d.parents[i])));
+    PyList_SET_ITEM(q, (Py_ssize_t)i, new_ref_or_throw(PyFloat_FromDouble(d.probs[i])));
   }
-  return py::make_tuple(tl, pl, ql, py::int_(match_len));
-}
-
-py::tuple draft_tuple(const Draft& d) {
-  return draft_tuple(d.toks.data(), d.parents.data(), d.probs.data(), d.toks.size(), d.match_len);
+  return py::make_tuple(tl, pl, ql, py::int_(d.match_len));
 }
 
 py::object state_obj(State st) {
@@ -150,7 +64,6 @@ State state_of(py::handle obj, const SuffixIndex& idx) {
 struct PyCore {
   SuffixCore core;
   std::mutex mu;
-  Draft scratch;
   std::unique_ptr<DraftLengthController> ctl;  // set_controller(); none: drafts are not sized
   Stepper stepper;
   StepOutput step_out;
@@ -196,7 +109,6 @@ auto core_call(R (SuffixCore::*m)(A...) const) {
   return [m](PyCore& s, A... a) -> R { return locked<Gil>(s, [&]() -> R { return (s.core.*m)(a...); }); };
 }
 
-using I64Array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 DraftLengthController& controller_of(PyCore& s) {
@@ -210,37 +122,15 @@ std::vector<double> doubles_of(py::handle obj) {
   return v;
 }
 
-std::vector<int32_t> int32s_of(py::handle obj) {
-  std::vector<int32_t> v;
-  for (py::handle item : obj) v.push_back(item.cast<int32_t>());
-  return v;
-}
-
-void need_rows(const I64Array& a, size_t n, const char* name) {
-  if (a.ndim() != 1 || (size_t)a.shape(0) != n)
-    throw ValueErr{std::string(name) + " must be a 1-D array of " + std::to_string(n) + " entries (one per row)"};
-}
-
-// Per-row integers from a list, a tuple, a 1-D integer buffer (numpy) or an iterable; an int is
-// broadcast; None gives `fill`. Exactly `n` entries are required.
+// Per-row integers from a list, a tuple, a 1-D integer array (numpy, read in place) or an
+// iterable; an int is broadcast; None gives `fill`. Exactly `n` entries are required.
 std::vector<int64_t> row_ints(py::handle obj, size_t n, const char* name, int64_t fill, bool allow_none) {
-  std::vector<int64_t> out;
   if (obj.is_none()) {
     if (!allow_none) throw ValueErr{std::string(name) + " is required"};
-    out.assign(n, fill);
-    return out;
+    return std::vector<int64_t>(n, fill);
   }
-  if (PyLong_Check(obj.ptr())) {
-    out.assign(n, to_i64(obj.ptr()));
-    return out;
-  }
-  if (PyList_CheckExact(obj.ptr())) {
-    out = ints_of(obj);
-  } else {
-    std::vector<int32_t> v;
-    read_tokens(obj, v);
-    out.assign(v.begin(), v.end());
-  }
+  if (PyLong_Check(obj.ptr())) return std::vector<int64_t>(n, to_i64(obj.ptr()));
+  std::vector<int64_t> out = ints_of<int64_t>(obj);
   if (out.size() != n)
     throw ValueErr{std::string(name) + " must have one entry per row (" + std::to_string(n) + "), got " +
                    std::to_string(out.size())};
@@ -251,15 +141,15 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
                    py::handle num_prompt_obj, py::handle caps_obj, py::handle rows_obj, py::handle offsets_obj,
                    py::handle accepted_obj, py::handle emitted_obj, py::handle finished_obj, py::handle aborted_obj,
                    int64_t vocab_size, bool tree, int64_t max_len) {
-  std::vector<int64_t> handles = ints_of(handles_obj);
+  std::vector<int64_t> handles = ints_of<int64_t>(handles_obj);
   const size_t n = handles.size();
   std::vector<int64_t> num_tokens = row_ints(num_tokens_obj, n, "num_tokens", 0, false);
   std::vector<int64_t> num_prompt = row_ints(num_prompt_obj, n, "num_prompt_tokens", 0, false);
   std::vector<int64_t> caps = row_ints(caps_obj, n, "caps", 0, false);
   std::vector<int64_t> accepted = row_ints(accepted_obj, n, "num_accepted", -1, true);
   std::vector<int64_t> emitted = row_ints(emitted_obj, n, "num_emitted", -1, true);
-  std::vector<int64_t> finished = finished_obj.is_none() ? std::vector<int64_t>() : ints_of(finished_obj);
-  std::vector<int64_t> aborted = aborted_obj.is_none() ? std::vector<int64_t>() : ints_of(aborted_obj);
+  std::vector<int64_t> finished = finished_obj.is_none() ? std::vector<int64_t>() : ints_of<int64_t>(finished_obj);
+  std::vector<int64_t> aborted = aborted_obj.is_none() ? std::vector<int64_t>() : ints_of<int64_t>(aborted_obj);
   std::vector<int64_t> row_offset(n), row_start(n, 0);
   if (!offsets_obj.is_none()) {  // flat: row j's tokens are the last tokens of its history
     if (tokens.ndim() != 1) throw ValueErr{"token_offsets needs a 1-D token_ids array"};
@@ -374,96 +264,6 @@ py::list rows_to_lists(const I32Array& tokens, const I32Array& lengths) {
     a += k;
   }
   return res;
-}
-
-struct BatchOut {
-  std::vector<int32_t> toks, parents;
-  std::vector<double> probs;
-  std::vector<size_t> off;  // n + 1
-  std::vector<int64_t> match;
-};
-
-// Per request: extend (when toks given) then draft (when do_draft). Releases the GIL.
-py::object run_batch(PyCore& self, py::handle handles, py::handle token_lists, py::handle budgets, bool tree,
-                     bool do_extend, bool do_draft) {
-  std::vector<int64_t> hs = ints_of(handles);
-  const size_t n = hs.size();
-  std::vector<int32_t> flat;
-  std::vector<size_t> toff;
-  if (do_extend) {
-    toff.reserve(n + 1);
-    toff.push_back(0);
-    size_t m = 0;
-    for (py::handle tl : token_lists) {
-      if (m == n) throw py::value_error("token_lists is longer than handles");
-      read_tokens(tl, flat);
-      toff.push_back(flat.size());
-      ++m;
-    }
-    if (m != n) throw py::value_error("token_lists has " + std::to_string(m) + " entries for " + std::to_string(n) + " handles");
-  }
-  std::vector<int64_t> bs;
-  if (do_draft) {
-    if (PyLong_Check(budgets.ptr())) {
-      bs.assign(n, to_i64(budgets.ptr()));
-    } else {
-      bs = ints_of(budgets);
-      if (bs.size() != n)
-        throw py::value_error("budgets has " + std::to_string(bs.size()) + " entries for " + std::to_string(n) + " handles");
-    }
-  }
-  BatchOut out;
-  bool missing = false;
-  int64_t missing_h = 0;
-  locked<NoGil>(self, [&] {
-    std::vector<SuffixCore::Request*> rs(n);
-    for (size_t i = 0; i < n; ++i) {
-      rs[i] = self.core.find(hs[i]);
-      if (!rs[i]) {
-        missing = true;
-        missing_h = hs[i];
-        break;
-      }
-    }
-    if (!missing) {
-      if (do_draft) {
-        size_t cap = 0;
-        for (int64_t b : bs) cap += (size_t)std::max<int64_t>(0, std::min<int64_t>(b, 4096));
-        out.toks.reserve(cap);
-        out.parents.reserve(cap);
-        out.probs.reserve(cap);
-        out.off.reserve(n + 1);
-        out.match.reserve(n);
-        out.off.push_back(0);
-      }
-      Draft& d = self.scratch;
-      if (do_extend && n) self.core.prefetch_req(*rs[0], flat.data() + toff[0], toff[1] - toff[0]);
-      for (size_t i = 0; i < n; ++i) {
-        if (do_extend && i + 1 < n)  // the next request's first lookups overlap this one's work
-          self.core.prefetch_req(*rs[i + 1], flat.data() + toff[i + 1], toff[i + 2] - toff[i + 1]);
-        if (do_extend) self.core.extend_req(*rs[i], flat.data() + toff[i], toff[i + 1] - toff[i]);
-        if (do_draft) {
-          self.core.draft_req(*rs[i], bs[i], tree, d);
-          out.toks.insert(out.toks.end(), d.toks.begin(), d.toks.end());
-          out.parents.insert(out.parents.end(), d.parents.begin(), d.parents.end());
-          out.probs.insert(out.probs.end(), d.probs.begin(), d.probs.end());
-          out.off.push_back(out.toks.size());
-          out.match.push_back(d.match_len);
-        }
-      }
-    }
-  });
-  if (missing) {
-    PyErr_SetObject(PyExc_KeyError, py::int_(missing_h).ptr());
-    throw py::error_already_set();
-  }
-  if (!do_draft) return py::none();
-  py::list res(n);
-  for (size_t i = 0; i < n; ++i) {
-    const size_t a = out.off[i], b = out.off[i + 1];
-    res[i] = draft_tuple(out.toks.data() + a, out.parents.data() + a, out.probs.data() + a, b - a, out.match[i]);
-  }
-  return std::move(res);
 }
 
 }  // namespace
@@ -696,24 +496,6 @@ PYBIND11_MODULE(_suffix_native, m) {
            },
            py::arg("handle"), py::arg("budget"), py::arg("tree") = false,
            "Draft up to budget nodes: (token_ids, parents, probs, match_len).")
-      .def("extend_batch",
-           [](PyCore& s, py::handle handles, py::handle token_lists) {
-             run_batch(s, handles, token_lists, py::none(), false, true, false);
-           },
-           py::arg("handles"), py::arg("token_lists"),
-           "extend(handles[i], token_lists[i]) for each i (GIL released; all handles are checked first).")
-      .def("draft_batch",
-           [](PyCore& s, py::handle handles, py::handle budgets, bool tree) {
-             return run_batch(s, handles, py::none(), budgets, tree, false, true);
-           },
-           py::arg("handles"), py::arg("budgets"), py::arg("tree") = false,
-           "[draft(h, b, tree) for h, b in zip(handles, budgets)]; budgets may be one int.")
-      .def("step_batch",
-           [](PyCore& s, py::handle handles, py::handle token_lists, py::handle budgets, bool tree) {
-             return run_batch(s, handles, token_lists, budgets, tree, true, true);
-           },
-           py::arg("handles"), py::arg("token_lists"), py::arg("budgets"), py::arg("tree") = false,
-           "extend then draft for each request, in one call (GIL released).")
       .def("step", &run_step, py::arg("handles"), py::arg("token_ids"), py::arg("num_tokens"),
            py::arg("num_prompt_tokens"), py::arg("caps"), py::arg("rows") = py::none(),
            py::arg("token_offsets") = py::none(), py::arg("num_accepted") = py::none(),
@@ -784,13 +566,13 @@ PYBIND11_MODULE(_suffix_native, m) {
       .def("ctl_choose",
            [](PyCore& s, py::handle keys, py::handle drafts, py::handle contexts, py::handle batch,
               py::handle match_lens) {
-             std::vector<int64_t> ks = ints_of(keys);
+             std::vector<int64_t> ks = ints_of<int64_t>(keys);
              std::vector<int32_t> parents;
              std::vector<double> probs;
              std::vector<int64_t> off{0};
              for (py::handle d : drafts) {
                py::sequence q = py::reinterpret_borrow<py::sequence>(d);
-               std::vector<int32_t> pa = int32s_of(q[0]);
+               std::vector<int32_t> pa = ints_of<int32_t>(q[0]);
                std::vector<double> pr = doubles_of(q[1]);
                if (pa.size() != pr.size()) throw ValueErr{"parents and probs differ in length"};
                parents.insert(parents.end(), pa.begin(), pa.end());
@@ -803,7 +585,7 @@ PYBIND11_MODULE(_suffix_native, m) {
                py::sequence b = py::reinterpret_borrow<py::sequence>(batch);
                shape = BatchShape{b[0].cast<int64_t>(), b[1].cast<double>(), b[2].cast<double>()};
              } else if (!contexts.is_none()) {
-               std::vector<int64_t> cs = ints_of(contexts);
+               std::vector<int64_t> cs = ints_of<int64_t>(contexts);
                if (cs.size() != ks.size()) throw ValueErr{"one context per key is needed"};
                int64_t sum = 0, longest = 0;
                for (int64_t c : cs) {
@@ -815,7 +597,7 @@ PYBIND11_MODULE(_suffix_native, m) {
              }
              std::vector<int64_t> mls(ks.size(), 0);
              if (!match_lens.is_none()) {
-               mls = ints_of(match_lens);
+               mls = ints_of<int64_t>(match_lens);
                if (mls.size() != ks.size()) throw ValueErr{"one match length per key is needed"};
              }
              std::vector<int64_t> counts(ks.size());
@@ -831,7 +613,7 @@ PYBIND11_MODULE(_suffix_native, m) {
            py::arg("match_lens") = py::none())
       .def("ctl_path_gains",
            [](PyCore& s, int64_t h, py::handle parents, py::handle probs, int64_t match_len) {
-             std::vector<int32_t> pa = int32s_of(parents);
+             std::vector<int32_t> pa = ints_of<int32_t>(parents);
              std::vector<double> pr = doubles_of(probs);
              std::vector<double> out;
              return locked(s, [&] {

@@ -344,7 +344,6 @@ class SuffixIndex {
     return true;
   }
   int depth_of(int32_t node) const { return nodes_[node].dep; }
-  const Node& node_ref(int32_t node) const { return nodes_[node]; }
 
   // All continuations, most frequent first, ties by smaller token (Python continuations()).
   void continuations(State st, std::vector<Cont>& out) const {
@@ -525,15 +524,6 @@ class SuffixIndex {
   // Defined in index_checks.h.
   void check() const;
 
-  // Warm the cache for the next append of `token` to live slot `si` (its window's nodes and
-  // their hash slots), e.g. while another request is being served.
-  void prefetch_append(int32_t si, int32_t token) const {
-    const Seq& S = seqs_[si];
-    if (S.live) prefetch_levels(S.window.data(), token);
-  }
-  void prefetch_child_slot(int32_t node, int32_t token) const {
-    __builtin_prefetch(&table_.slots()[table_.home(node, token)]);
-  }
   // Warm the cache for extending state st by `token`.
   void prefetch_extend(State st, int32_t token) const {
     if (!st.valid()) return;

@@ -1,11 +1,13 @@
-"""Keeps a drafter's per-request state equal to an engine's token history.
+"""Keeps a drafter's per-request state equal to an engine's token history, through the
+per-request API (start / extend / finish / abort): the reference the engine step
+(``SpecDrafter.step``) is checked against in tests/test_step_twin.py.
 
-Engine-agnostic: an engine adapter describes each batch row as a ``Row`` (request id, the row's
-token buffer, how many tokens are final) and this class turns the difference between what the
-drafter has seen and what the engine holds into drafter events. Because the engine's history is
-the source of truth, preemption and resumption need no special case (the history does not change
-while a request waits), and a history that shrinks (tokens discarded by the engine) restarts the
-request instead of corrupting it.
+Engine-agnostic: each batch row is described as a ``Row`` (request id, the row's token buffer,
+how many tokens are final) and this class turns the difference between what the drafter has seen
+and what the engine holds into drafter events. Because the engine's history is the source of
+truth, preemption and resumption need no special case (the history does not change while a
+request waits), and a history that shrinks (tokens discarded by the engine) restarts the request
+instead of corrupting it.
 """
 
 from __future__ import annotations
