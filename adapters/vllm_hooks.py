@@ -25,8 +25,9 @@ class RunnerHooks:
     step_begin: Callable[[Any], None]
     # around propose: the adapter's StepView over the runner's batch, then None
     bind: Callable[[Any], None]
-    # before propose: (drafts, draft tokens, accepted tokens) vLLM verified in this step
-    verified: Callable[[int, int, int], None]
+    # before propose: the step's view and sampled rows, whose verified drafts the proposer
+    # counts as vLLM counts them (the view's ``verified``), or leaves to its native step
+    verified: Callable[[Any, list], None]
     # a hook raised: counted and logged; the engine goes on
     failed: Callable[[Exception], None]
     # the worker's figures (the adapter's METRICS_METHOD)

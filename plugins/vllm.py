@@ -215,8 +215,17 @@ class SpecdraftProposer:
         self.steps.set_drafter(self.drafter)
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
 
-    def _count_verified(self, drafts: int, draft_tokens: int, accepted_tokens: int) -> None:
-        """Drafts vLLM verified in this step, counted as vLLM's spec_decode counters count them."""
+    def _count_verified(self, view: Any, sampled_token_ids: list[list[int]]) -> None:
+        """Drafts vLLM verified in this step, counted as vLLM's spec_decode counters count them.
+        The native engine step counts them itself as it reads the rows (``_count_lengths``
+        takes its counts); only draft tokens the engine marked invalid are taken off here."""
+        steps = self.steps
+        if steps.engine is not None and steps.use_native:
+            invalid = view.invalid_draft_tokens(sampled_token_ids)
+            if invalid:
+                self.figures["draft_tokens"] -= invalid
+            return
+        drafts, draft_tokens, accepted_tokens = view.verified(sampled_token_ids)
         self.figures["drafts"] += drafts
         self.figures["draft_tokens"] += draft_tokens
         self.figures["accepted_tokens"] += accepted_tokens
@@ -257,11 +266,15 @@ class SpecdraftProposer:
 
     def _count_lengths_locked(self) -> None:
         if self.steps.engine is not None:  # what the native engine step counted
-            rows, drafts, tokens, counts = self.steps.engine[0].take_figures()
+            rows, drafts, tokens, counts, verified, verified_tokens, accepted = (
+                self.steps.engine[0].take_figures())
             f = self.figures
             f["rows"] += rows
             f["proposed_drafts"] += drafts
             f["proposed_draft_tokens"] += tokens
+            f["drafts"] += verified
+            f["draft_tokens"] += verified_tokens
+            f["accepted_tokens"] += accepted
             n = min(len(counts), self._length_counts.size)
             if n:
                 self._length_counts[:n] += np.asarray(counts[:n], dtype=np.int64)

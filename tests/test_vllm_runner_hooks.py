@@ -48,11 +48,11 @@ class _Runner:
                                     slot_mappings=None)
 
 
-def _out(finished=(), scheduled=None):
+def _out(finished=(), scheduled=None, invalid=None):
     return SimpleNamespace(finished_req_ids=set(finished), scheduled_new_reqs=[],
                            total_num_scheduled_tokens=3, num_spec_tokens_to_schedule=K,
                            scheduled_spec_decode_tokens=scheduled or {},
-                           num_invalid_spec_tokens=None)
+                           num_invalid_spec_tokens=invalid)
 
 
 @pytest.fixture
@@ -81,11 +81,14 @@ def _step(runner, tokens, sampled, out):
     return runner.propose_draft_token_ids(out, sampled)
 
 
-def test_the_wrappers_drive_a_specdraft_proposer(hooked):
+@pytest.mark.parametrize("native", [True, False], ids=["native-step", "python-step"])
+def test_the_wrappers_drive_a_specdraft_proposer(hooked, native):
     from specdraft.plugins.vllm import SuffixProposer
 
     prop = SuffixProposer(_config())
     assert prop.hook_problem is None and isinstance(prop.specdraft_hooks, RunnerHooks)
+    assert prop.steps.engine is not None  # the native core is built
+    prop.steps.use_native = native
     runner = hooked(prop)
     hist = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
     assert _step(runner, hist[:4], [[8]], _out()) == [[]]      # first row: its start
@@ -93,12 +96,18 @@ def test_the_wrappers_drive_a_specdraft_proposer(hooked):
     drafts = _step(runner, hist[:8], [[5, 6, 7, 8]], _out(scheduled={"a": [5, 6, 7, 9]}))
     assert drafts == [[5, 6, 7, 8]]
     # the drafts vLLM verified this step, counted as vLLM's spec_decode counters count them
-    assert (prop.figures["drafts"], prop.figures["draft_tokens"],
-            prop.figures["accepted_tokens"]) == (1, 4, 3)
+    # (the native step counts them as it reads the rows; the figures as published)
+    snap = prop._snapshot()
+    assert (snap["drafts"], snap["draft_tokens"], snap["accepted_tokens"]) == (1, 4, 3)
+    # draft tokens the scheduler marked invalid are not counted as drafted (vLLM's rule)
+    _step(runner, hist[:9], [[5, 6]], _out(scheduled={"a": [5, 6, 7]}, invalid={"a": 2}))
+    snap = prop._snapshot()
+    assert (snap["drafts"], snap["draft_tokens"], snap["accepted_tokens"]) == (2, 5, 4)
+    hist = hist + [7]
     assert prop.steps.view is None                             # unbound after propose
-    _step(runner, hist[:9], [[5]], _out(finished={"zz"}))          # an id the drafter never saw
-    assert prop.figures["errors"] == 0 and runner.executed == 3
-    assert len(prop.steps.pass_log) == 3
+    _step(runner, hist[:10], [[7]], _out(finished={"zz"}))         # an id the drafter never saw
+    assert prop.figures["errors"] == 0 and runner.executed == 4
+    assert len(prop.steps.pass_log) == 4
 
 
 def test_a_failing_step_begin_is_counted_and_the_engine_steps_on(hooked, monkeypatch):

@@ -118,6 +118,17 @@ class StepView:
                 accepted += accepted_count(len(sampled), len(spec))  # both non-empty here: >= 0
         return drafts, draft_tokens, accepted
 
+    def invalid_draft_tokens(self, sampled_token_ids: list[list[int]]) -> int:
+        """Draft tokens of this step's verified drafts that the scheduler marked invalid (left
+        out of ``vllm:spec_decode_num_draft_tokens``); 0 in most steps."""
+        invalid = getattr(self.scheduler_output, "num_invalid_spec_tokens", None)
+        if not invalid:
+            return 0
+        scheduled = self.scheduler_output.scheduled_spec_decode_tokens
+        req_ids = self.runner.input_batch.req_ids
+        return sum(invalid.get(req_ids[i], 0) for i, sampled in enumerate(sampled_token_ids)
+                   if sampled and scheduled.get(req_ids[i]))
+
     def live_req_ids(self):
         return self.runner.requests.keys()
 
@@ -279,7 +290,7 @@ def hooked_propose(hooks: Any, propose: Callable, runner: Any, scheduler_output:
     sampled = args[0] if args else kwargs.get("sampled_token_ids")
     if sampled is not None:
         try:
-            hooks.verified(*view.verified(sampled))
+            hooks.verified(view, sampled)
         except Exception as e:  # noqa: BLE001 - never take the engine down
             hooks.failed(e)
     bind = hooks.bind

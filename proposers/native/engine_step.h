@@ -61,6 +61,10 @@ class EngineStep {
   struct Figures {
     int64_t rows = 0, drafts = 0, draft_tokens = 0;
     std::vector<int64_t> length_counts;  // rows per draft length
+    // the drafts the engine verified in this step, counted as vLLM's spec_decode counters
+    // count them (a row that emitted tokens and had a draft: one draft, its tokens, the
+    // accepted ones); the adapter subtracts the draft tokens the engine marked invalid
+    int64_t verified_drafts = 0, verified_tokens = 0, verified_accepted = 0;
   } figures;
 
   // Forget the rules of every request (the drafter dropped its requests).
@@ -164,7 +168,13 @@ class EngineStep {
       caps_.push_back(rule.speculates && !ended ? std::min(budget, max_len - n) : std::min<int64_t>(0, max_len - n));
       // every emitted token but the last (bonus or correction) was an accepted draft token: the
       // twin of proposers/base.py accepted_count
-      acc_.push_back(drafted > 0 ? std::min<int64_t>(e - 1, drafted) : -1);
+      const int64_t acc = drafted > 0 ? std::min<int64_t>(e - 1, drafted) : -1;
+      acc_.push_back(acc);
+      if (acc >= 0) {
+        figures.verified_drafts += 1;
+        figures.verified_tokens += drafted;
+        figures.verified_accepted += acc;
+      }
       emit_.push_back(e);
       if (ended) {
         ended_.push_back(h);
@@ -380,9 +390,11 @@ void register_engine_step(pybind11::module_& m) {
              s.figures = EngineStep::Figures{};
              py::list counts;
              for (int64_t c : f.length_counts) counts.append(c);
-             return py::make_tuple(f.rows, f.drafts, f.draft_tokens, counts);
+             return py::make_tuple(f.rows, f.drafts, f.draft_tokens, counts, f.verified_drafts,
+                                   f.verified_tokens, f.verified_accepted);
            },
-           "(rows, drafts, draft_tokens, rows per draft length) since the last call.");
+           "(rows, drafts, draft_tokens, rows per draft length, verified drafts, verified draft "
+           "tokens, accepted tokens) since the last call.");
 }
 
 }  // namespace specdraft
