@@ -184,16 +184,12 @@ class StepView:
         ``token_ids_cpu[i, :num_tokens_no_spec[i]]``, and ``num_tokens_no_spec[i]`` equals
         ``requests[req_ids[i]].num_tokens`` (= ``num_prompt_tokens[i]`` + its output tokens).
         """
-        if len(args) >= 3:  # propose_arguments' fast path, inlined: this runs every step
-            sampled, num_tokens_no_spec, token_ids_cpu = args[0], args[1], args[2]
-        else:
-            sampled, num_tokens_no_spec, token_ids_cpu = propose_arguments(args, kwargs)
+        sampled, num_tokens_no_spec, token_ids_cpu = propose_arguments(args, kwargs)
         batch = self.runner.input_batch
         out = self.scheduler_output
-        n = getattr(out, "num_spec_tokens_to_schedule", 0) or 0  # budget(), inlined (every step)
-        budget = num_speculative_tokens if n <= 0 or n > num_speculative_tokens else n
         return engine.step(core, batch.req_ids, sampled, num_tokens_no_spec, token_ids_cpu,
-                           batch.num_prompt_tokens, out.scheduled_spec_decode_tokens, budget,
+                           batch.num_prompt_tokens, out.scheduled_spec_decode_tokens,
+                           self.budget(num_speculative_tokens),
                            max_model_len - 1, max_model_len, self.request_rule, finished, aborted,
                            scored_tokens, scored_seconds)
 
