@@ -158,12 +158,42 @@ def pack_tree(last_token: int, tree: DraftTree, num_nodes: int) -> tuple[np.ndar
 
 
 class _Request:
-    __slots__ = ("known", "drafted", "resumed")
+    __slots__ = ("known", "shift", "drafted", "resumed")
 
-    def __init__(self, known: int):
-        self.known = known      # tokens the drafter has seen
+    def __init__(self, known: int, shift: int = 0):
+        self.known = known      # tokens of the engine's history the drafter has seen
+        self.shift = shift      # engine positions before the drafter's first (no Req: the tail)
         self.drafted = 0        # draft nodes sent for the pass in flight
         self.resumed = False    # came back after leaving the decode batch (retracted)
+
+    def accepted(self, num_new: int) -> int:
+        """Accepted draft nodes of the pass in flight, from the tokens it added (-1: unknown)."""
+        return -1 if self.resumed else accepted_count(num_new, self.drafted)
+
+
+class _Rows:
+    """The rows of one ``SpecDrafter.step`` call, in its token_offsets layout."""
+
+    def __init__(self):
+        self.rids: list[str] = []
+        self.tokens: list[int] = []
+        self.offsets = [0]
+        self.totals: list[int] = []
+        self.prompts: list[int] = []
+        self.accepted: list[int] = []
+
+    def add(self, rid: str, tokens: Sequence[int], total: int, prompt: int, accepted: int):
+        self.rids.append(rid)
+        self.tokens.extend(tokens)
+        self.offsets.append(len(self.tokens))
+        self.totals.append(total)
+        self.prompts.append(prompt)
+        self.accepted.append(accepted)
+
+    def step(self, drafter: Any, caps, **events):
+        return drafter.step(self.rids, np.array(self.tokens, dtype=np.int32), self.totals,
+                            self.prompts, caps, token_offsets=self.offsets,
+                            num_accepted=self.accepted, trees=True, **events)
 
 
 def request_scope(req: Any) -> str | None:
@@ -175,10 +205,13 @@ def request_scope(req: Any) -> str | None:
 class SpecdraftCorpus:
     """SGLang's NGRAM corpus interface, answered by a specdraft drafter.
 
-    Per-request state follows SGLang's request ids: a request is started the first time it is
-    drafted for (from its prompt and output when the worker bound its ``Req``), extended with
-    the tokens the engine added since, and finished (feeding the global cache) or aborted once
-    SGLang reports it left the decode batch and the ``Req`` says how it ended. A proposer
+    Each ``batch_get`` is one ``SpecDrafter.step`` (whole tree drafts): every row gives the
+    tokens the engine added since the drafter last saw it, or its whole history (prompt and
+    output when the worker bound its ``Req``) when it is new or its history shrank (the step then
+    starts it over); the step finishes (feeding the global cache) or aborts the requests SGLang
+    reported leaving the decode batch once their ``Req`` says how they ended (a finished one's
+    last pass is given to the drafter first), and counts what was accepted of each row's
+    previous draft. A proposer
     failure never stops the step: the batch goes on without drafts, the failure is counted and
     logged once, and the requests restart from the engine's history at the next step.
     """
@@ -214,43 +247,38 @@ class SpecdraftCorpus:
             tokens += list(tail[len(tail) - missing:])
         return tokens[:total_len], min(len(prompt), total_len)
 
-    def _sync(self, rid: str, tail: Sequence[int], total_len: int) -> None:
+    def _row(self, rows: _Rows, rid: str, tail: Sequence[int], total_len: int) -> None:
+        """Row of a request in the decode batch: the tokens new to the drafter, or its whole
+        history when it is new or restarts (the step restarts a request whose history shrank)."""
         st = self._live.get(rid)
-        if st is not None and total_len < st.known:  # the engine discarded tokens: start over
-            self.drafter.abort(rid)
-            del self._live[rid]
-            st = None
+        if st is not None and total_len >= st.known:
+            new = total_len - st.known
+            if new <= len(tail):
+                added = list(tail[len(tail) - new:]) if new else []
+            else:
+                added = self._history(self._reqs[rid], tail, total_len)[0][st.known:]
+            rows.add(rid, added, total_len - st.shift, 0, st.accepted(new) if new else -1)
+            if new:
+                st.known, st.resumed, st.drafted = total_len, False, 0
+            return
+        req = self._reqs.get(rid)
         if st is None:
-            if self.drafter.has(rid):
+            if self.drafter.has(rid):  # state this corpus did not start (direct use)
                 self.drafter.abort(rid)
-            req = self._reqs.get(rid)
-            if req is not None:
-                tokens, prompt_len = self._history(req, tail, total_len)
-            else:  # no Req bound (direct use): the tail is all we know of this request
-                tokens, prompt_len = list(tail), len(tail)
-            self.drafter.start(rid, tokens[:prompt_len], scope=request_scope(req))
-            if len(tokens) > prompt_len:
-                self.drafter.extend(rid, tokens[prompt_len:], None)
-            self._live[rid] = _Request(total_len)
-            return
-        new = total_len - st.known
-        if new <= 0:
-            return
-        if new <= len(tail):
-            added = list(tail[len(tail) - new:])
-        else:
-            added = self._history(self._reqs[rid], tail, total_len)[0][st.known:]
-        self._advance(rid, st, added)
+            scope = request_scope(req)
+            if scope is not None:
+                self.drafter.set_scope(rid, scope)
+        if req is not None:
+            tokens, prompt_len = self._history(req, tail, total_len)
+        else:  # no Req bound (direct use): the tail is all we know of this request
+            tokens, prompt_len = list(tail), len(tail)
+        rows.add(rid, tokens, len(tokens), prompt_len, -1)
+        self._live[rid] = _Request(total_len, total_len - len(tokens))
 
-    def _advance(self, rid: str, st: _Request, added: list[int]) -> None:
-        num_accepted = -1 if st.resumed else accepted_count(len(added), st.drafted)
-        if num_accepted < 0:
-            num_accepted = None
-        self.drafter.extend(rid, added, num_accepted)
-        st.known += len(added)
-        st.resumed, st.drafted = False, 0
-
-    def _settle_departures(self, in_batch: set[str]) -> None:
+    def _settle_departures(self, in_batch: set[str]) -> tuple[list[str], list[str]]:
+        """Requests whose departure is now explained: (finished, aborted). The last pass of a
+        finished one is given to the drafter here (rows without drafts) before it finishes."""
+        finished, aborted, last = [], [], _Rows()
         for rid in list(self._departed):
             req = self._reqs.get(rid)
             if rid in in_batch:  # retracted and resumed
@@ -259,21 +287,21 @@ class SpecdraftCorpus:
                     self._live[rid].resumed = True
             elif req is None or req.finished():
                 self._departed.discard(rid)
-                self._end(rid, req)
-
-    def _end(self, rid: str, req: Any) -> None:
-        st = self._live.pop(rid, None)
-        self._reqs.pop(rid, None)
-        if st is None:
-            return
-        aborted = req is None or type(req.finished_reason).__name__ == "FINISH_ABORT"
-        if aborted:
-            self.drafter.abort(rid)
-            return
-        final = list(req.origin_input_ids_unpadded) + list(req.output_ids)
-        if len(final) > st.known:  # the tokens of its last pass
-            self._advance(rid, st, final[st.known:])
-        self.drafter.finish(rid)
+                self._reqs.pop(rid, None)
+                st = self._live.pop(rid, None)
+                if st is None:
+                    continue
+                if req is None or type(req.finished_reason).__name__ == "FINISH_ABORT":
+                    aborted.append(rid)
+                    continue
+                final = list(req.origin_input_ids_unpadded) + list(req.output_ids)
+                if len(final) > st.known:  # the tokens of its last pass
+                    added = final[st.known:]
+                    last.add(rid, added, len(final) - st.shift, 0, st.accepted(len(added)))
+                finished.append(rid)
+        if last.rids:
+            last.step(self.drafter, 0)
+        return finished, aborted
 
     # ------------------------------------------------------------- corpus interface
     def synchronize(self) -> None:
@@ -284,12 +312,14 @@ class SpecdraftCorpus:
         n = self.draft_token_num
         bs = len(req_ids)
         with self._lock:
-            self._settle_departures(set(req_ids))
             trees: list[DraftTree] = [DraftTree()] * bs
-            try:
+            try:  # one engine step: departures, every row's new tokens, the drafts
+                finished, aborted = self._settle_departures(set(req_ids))
+                rows = _Rows()
                 for rid, tail, total in zip(req_ids, tails, total_lens):
-                    self._sync(rid, tail, int(total))
-                trees = self.drafter.draft_batch(list(req_ids), n - 1)
+                    self._row(rows, rid, tail, int(total))
+                trees = rows.step(self.drafter, n - 1, finished=finished,
+                                  aborted=aborted).trees()
             except Exception:  # noqa: BLE001 - the step goes on without drafts
                 self._failed(req_ids)
                 trees = [DraftTree()] * bs
@@ -311,7 +341,10 @@ class SpecdraftCorpus:
                              "its requests restart from the engine's history (logged once; "
                              "failures are counted)")
         for rid in req_ids:
-            if self._live.pop(rid, None) is not None:
+            self._live.pop(rid, None)
+        # drop what the drafter holds of these and of requests settled in the failed step
+        for rid in self.drafter.req_ids():
+            if rid not in self._live:
                 try:
                     self.drafter.abort(rid)
                 except Exception:  # noqa: BLE001 - its state is dropped either way
@@ -324,13 +357,18 @@ class SpecdraftCorpus:
         """Requests that left the decode batch: finished, aborted, or retracted (may return)."""
         with self._lock:
             self._departed.update(r for r in req_ids if r in self._live)
-            self._settle_departures(set())
+            try:
+                finished, aborted = self._settle_departures(set())
+                if finished or aborted:
+                    _Rows().step(self.drafter, 0, finished=finished, aborted=aborted)
+            except Exception:  # noqa: BLE001 - never stops the engine
+                self._failed(())
 
     def reset(self) -> None:
         """SGLang's cache flush: forget every request (the global cache is kept)."""
         with self._lock:
-            for rid in list(self._live):
-                self.drafter.abort(rid)
+            if self._live:
+                _Rows().step(self.drafter, 0, aborted=list(self._live))
             self._live.clear()
             self._reqs.clear()
             self._departed.clear()

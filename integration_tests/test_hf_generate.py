@@ -68,6 +68,9 @@ def _check_greedy_identity(model, tokenizer, strategy: str, prompts=PROMPTS, n=M
         deepest = max(deepest, got.stats.accepted_tokens)
     # Drafts were accepted several tokens deep: far fewer target passes than tokens.
     assert passes < 0.75 * tokens, (strategy, passes, tokens)
+    st = gen.drafter.stats  # one request per generate, finished into the global cache
+    assert (st.requests, st.finished, st.aborted) == (len(prompts), len(prompts), 0)
+    assert gen.drafter.req_ids() == [] and st.errors == 0
     return gen
 
 

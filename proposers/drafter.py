@@ -130,14 +130,26 @@ class NativeController:
 
 @dataclasses.dataclass
 class StepDrafts:
-    """``SpecDrafter.step``'s answer: one chain per row, concatenated in row order."""
+    """``SpecDrafter.step``'s answer: one draft per row, concatenated in row order."""
 
     tokens: np.ndarray   # int32, the rows' drafts back to back
     lengths: np.ndarray  # int32, one per row (0: no draft)
+    parents: np.ndarray | None = None  # int32, with trees=True: each node's parent in its row
 
     def rows(self) -> list[list[int]]:
         """One list of token ids per row (the form vLLM's ``propose`` returns)."""
         return _rows_to_lists(self.tokens, self.lengths)
+
+    def trees(self) -> list[DraftTree]:
+        """One ``DraftTree`` per row (token ids and parents; the step returns no probs)."""
+        if self.parents is None:
+            raise ValueError("StepDrafts.trees() needs a step called with trees=True")
+        toks, parents = self.tokens.tolist(), self.parents.tolist()
+        out, a = [], 0
+        for n in self.lengths.tolist():
+            out.append(DraftTree(toks[a:a + n], parents[a:a + n]))
+            a += n
+        return out
 
 
 def _rows_to_lists(tokens: np.ndarray, lengths: np.ndarray) -> list[list[int]]:
@@ -413,7 +425,8 @@ class SpecDrafter:
     def step(self, req_ids: Sequence[Hashable], token_ids: np.ndarray, num_tokens,
              num_prompt_tokens, caps, *, rows=None, token_offsets=None, num_accepted=None,
              num_emitted=None, finished: Sequence[Hashable] = (),
-             aborted: Sequence[Hashable] = (), max_len: int | None = None) -> StepDrafts:
+             aborted: Sequence[Hashable] = (), max_len: int | None = None,
+             trees: bool = False) -> StepDrafts:
         """One engine step for the whole batch: events, sync, drafts and their lengths.
 
         Rows (R of them; per-row integers are lists, tuples or 1-D numpy arrays of R entries):
@@ -446,7 +459,10 @@ class SpecDrafter:
 
         Returns ``StepDrafts(tokens, lengths)``: row j's draft is a chain of ``lengths[j] <=
         caps[j]`` tokens (tree drafts are reduced to their best chain), sized across the batch
-        by the adaptive controller. With the native core the whole step is one C++ call with the
+        by the adaptive controller. With ``trees=True`` a tree strategy's drafts come back whole
+        (``lengths[j]`` nodes, the first ones of the tree, as ``draft_batch`` sizes them) with
+        ``StepDrafts.parents`` (each node's parent within its row, -1 for a root; chains for a
+        chain strategy or a ``chain_only`` drafter). With the native core the whole step is one C++ call with the
         GIL released; otherwise (or with ``native=False``) ``_step_python`` does the same.
         """
         t0 = time.perf_counter()
@@ -457,17 +473,21 @@ class SpecDrafter:
             handles = self._row_handles(req_ids)
             fin = self._pop_handles(finished) if finished else ()
             ab = self._pop_handles(aborted) if aborted else ()
+            whole = trees and self._tree and not self.chain_only
             if self._native_step:
-                toks, lengths, counts = self.core.step(
+                toks, lengths, counts, *parents = self.core.step(
                     handles, tokens, num_tokens, num_prompt_tokens, caps, rows, token_offsets,
                     num_accepted, num_emitted, fin, ab, self.vocab_size or 0, self._tree,
-                    -1 if max_len is None else max_len)
+                    -1 if max_len is None else max_len, whole)
             else:
-                toks, lengths, counts = self._step_python(
+                toks, lengths, counts, *parents = self._step_python(
                     handles, tokens, num_tokens, num_prompt_tokens, caps, rows, token_offsets,
-                    num_accepted, num_emitted, fin, ab, max_len)
+                    num_accepted, num_emitted, fin, ab, max_len, whole)
             self._stats.add_step_counts(counts, time.perf_counter() - t0)
-            return StepDrafts(toks, lengths)
+            if trees and not whole:  # chains: each node's parent is the one before it
+                starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+                parents = [(np.arange(len(toks)) - starts - 1).astype(np.int32)]
+            return StepDrafts(toks, lengths, parents[0] if trees else None)
 
     @property
     def _native_step(self) -> bool:
@@ -491,8 +511,11 @@ class SpecDrafter:
         return [h for h in (pop(r, None) for r in req_ids) if h is not None]
 
     def _step_python(self, handles, tokens, num_tokens, num_prompt_tokens, caps, rows,
-                     token_offsets, num_accepted, num_emitted, finished, aborted, max_len):
-        """Plain-Python twin of the native step (proposers/native/step.h): the specification."""
+                     token_offsets, num_accepted, num_emitted, finished, aborted, max_len,
+                     trees=False):
+        """Plain-Python twin of the native step (proposers/native/step.h): the specification.
+
+        ``trees``: keep tree drafts whole and return their parents as a fourth entry."""
         R = len(handles)
         num_tokens = _row_array(num_tokens, R, "num_tokens")
         num_prompt = _row_array(num_prompt_tokens, R, "num_prompt_tokens")
@@ -578,33 +601,36 @@ class SpecDrafter:
                     if ctl is not None:
                         ctl.observe(h, acc)
 
-        keys, rows, trees = [], [], []
+        keys, rows, drafts = [], [], []
         for j, h in enumerate(handles):
             if caps[j] <= 0:
                 continue
             toks, parents, probs, match_len = core.draft(h, int(caps[j]), self._tree)
             t = DraftTree(list(toks), list(parents), list(probs), match_len)
-            if self._tree:
+            if self._tree and not trees:
                 t = t.best_path()
             keys.append(h)
             rows.append(j)
-            trees.append(t)
+            drafts.append(t)
         if ctl is not None:  # the pass holds every row, drafting or not
             batch = (len(handles), float(int(num_tokens.sum())), float(int(num_tokens.max(initial=0))))
-            counts = ctl.choose(keys, [(t.parents, t.probs) for t in trees], batch=batch,
-                                match_lens=[t.match_len for t in trees])
+            counts = ctl.choose(keys, [(t.parents, t.probs) for t in drafts], batch=batch,
+                                match_lens=[t.match_len for t in drafts])
         else:
-            counts = [len(t) for t in trees]
+            counts = [len(t) for t in drafts]
         lengths = np.zeros(len(handles), dtype=np.int32)
         out: list[int] = []
-        for h, j, t, k in zip(keys, rows, trees, counts):
+        out_parents: list[int] = []
+        for h, j, t, k in zip(keys, rows, drafts, counts):
             t = t.truncate(k)
-            if ctl is not None:
-                ctl.sent(h, t.probs, t.match_len)
+            if ctl is not None:  # the chain it will see verified: a tree's best path
+                ctl.sent(h, t.probs if t.is_chain() else t.best_path().probs, t.match_len)
             out.extend(t.token_ids)
+            out_parents.extend(t.parents)
             lengths[j] = len(t)
-        return (np.array(out, dtype=np.int32), lengths,
-                (started, n_fin, n_ab, accepted, int(np.count_nonzero(lengths)), len(out)))
+        result = (np.array(out, dtype=np.int32), lengths,
+                  (started, n_fin, n_ab, accepted, int(np.count_nonzero(lengths)), len(out)))
+        return result + (np.array(out_parents, dtype=np.int32),) if trees else result
 
     def reset(self) -> None:
         """Forget every live request (after a failure; the engine's history rebuilds them, each

@@ -1,12 +1,14 @@
 """Speculative decoding for any transformers causal LM, verifying whole draft trees in one pass.
 
 A reference engine on Hugging Face transformers (CPU or GPU, batch size 1): each step asks a
-specdraft drafter for a draft tree, runs the target once over the pending context tokens plus every
-tree node (tree attention: a 4D mask in which each node sees the context, its ancestors and itself,
-and per-node position ids = context length + depth), and hands the target's rows to the reference
-verifier, ``specdraft.verify``: ``verify_greedy`` at temperature 0, ``verify_sampling`` (rule 2,
-deterministic drafts) otherwise. The KV cache then keeps the accepted path only. Every pass emits
-the accepted draft tokens plus one token of the target's own, each distributed exactly as plain
+specdraft drafter for a draft tree (one ``SpecDrafter.step``: the tokens emitted since the last
+one and what was accepted of its draft go in, a whole tree comes back), runs the target once
+over the pending context tokens plus every tree node (tree attention: a 4D mask in which each
+node sees the context, its ancestors and itself, and per-node position ids = context length +
+depth), and hands the target's rows to the reference verifier, ``specdraft.verify``:
+``verify_greedy`` at temperature 0, ``verify_sampling`` (rule 2, deterministic drafts)
+otherwise. The KV cache then keeps the accepted path only. Every pass emits the accepted draft
+tokens plus one token of the target's own, each distributed exactly as plain
 decoding would have produced it::
 
     from specdraft.hf_generate import SpeculativeGenerator
@@ -27,6 +29,7 @@ import itertools
 import time
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from specdraft.adapters import transformers as hf
@@ -159,10 +162,10 @@ class SpeculativeGenerator:
         stats = GenerationStats()
         t_start = time.perf_counter()
         req = f"hf-{next(self._ids)}"
-        self.drafter.start(req, prompt)
         cache = hf.new_cache(self.model)
         out: list[int] = []
         pending = prompt  # tokens whose keys and values are not in the cache yet
+        new, num_accepted = prompt, -1  # tokens the drafter has not seen; accepted of its draft
         finished = False
         try:
             while not finished:
@@ -170,7 +173,7 @@ class SpeculativeGenerator:
                 room = min(max_new_tokens - len(out) - 1, max_len - cached - len(pending))
                 budget = max(0, min(self.max_draft_tokens, room))
                 t0 = time.perf_counter()
-                tree = self.drafter.draft(req, budget) if budget else DraftTree()
+                tree = self._step(req, len(prompt), len(out), new, budget, num_accepted)
                 stats.draft_seconds += time.perf_counter() - t0
                 tree = tree.truncate(budget)
 
@@ -193,13 +196,26 @@ class SpeculativeGenerator:
                         finished = True
                         break
                 out += emitted
-                self.drafter.extend(req, emitted, len(accepted) if len(tree) else None)
+                new, num_accepted = emitted, len(accepted) if len(tree) else -1
                 pending = [emitted[-1]]
-        finally:
-            self.drafter.finish(req)
+            self._step(req, len(prompt), len(out), new, 0, num_accepted)  # its last tokens
+        finally:  # the output feeds the global cache (an id the drafter never saw is ignored)
+            self.drafter.step([], np.zeros(0, dtype=np.int32), [], [], 0, token_offsets=[0],
+                              finished=[req])
         stats.generated_tokens = len(out)
         stats.seconds = time.perf_counter() - t_start
         return GenerationResult(out, stats)
+
+    def _step(self, req: str, num_prompt: int, num_out: int, new: list[int], budget: int,
+              num_accepted: int) -> DraftTree:
+        """One ``SpecDrafter.step`` for this request: the tokens it has not seen (the whole
+        prompt at first), what was accepted of its last draft, and a tree of up to ``budget``
+        nodes (none for 0)."""
+        drafts = self.drafter.step([req], np.asarray(new, dtype=np.int32),
+                                   [num_prompt + num_out], [num_prompt], [budget],
+                                   token_offsets=[0, len(new)], num_accepted=[num_accepted],
+                                   trees=True)
+        return drafts.trees()[0]
 
     def _prompt(self, input_ids) -> list[int]:
         if isinstance(input_ids, torch.Tensor):

@@ -99,14 +99,14 @@ def test_a_shrunk_history_restarts_the_request():
 def test_a_drafter_failure_gives_a_step_without_drafts_and_recovers(caplog):
     corpus, drafter = corpus_and_drafter()
     a = Req("a", REPEAT, [5])
-    original = drafter.draft_batch
-    drafter.draft_batch = lambda *args, **kwargs: 1 / 0
+    original = drafter.step
+    drafter.step = lambda *args, **kwargs: 1 / 0
     for _ in range(2):
         tokens, mask = step(corpus, [a])
         assert (mask[0] == np.eye(N, dtype=np.int64)).all()  # root + unreachable padding
     assert drafter.stats.errors == 2
     assert sum("drafter failed" in r.getMessage() for r in caplog.records) == 1  # logged once
-    drafter.draft_batch = original
+    drafter.step = original
     tokens, mask = step(corpus, [a])
     assert mask[0, 1:, 0].sum() > 0  # drafting again, restarted from the engine's history
 
@@ -141,3 +141,35 @@ def test_requests_draft_only_within_their_cache_salt():
     assert run("b1", "tenant-b") != answer[3:6]  # another tenant: nothing of a1's answer
     assert run("u1", None) != answer[3:6]        # no salt: the unsalted pool only
     assert run("a2", "tenant-a") == answer[3:6]  # its own earlier answer
+
+
+def test_one_engine_step_per_batch_and_no_per_request_calls():
+    corpus, drafter = corpus_and_drafter()
+    calls = []
+    for name in ("step", "start", "extend", "finish", "abort", "draft_batch"):
+        original = getattr(drafter, name)
+
+        def spy(*args, _name=name, _original=original, **kwargs):
+            calls.append(_name)
+            return _original(*args, **kwargs)
+        setattr(drafter, name, spy)
+    a, b = Req("a", [1, 2, 3], REPEAT[:4]), Req("b", REPEAT, [5])
+    for _ in range(3):
+        step(corpus, [a, b])
+        a.output_ids.append(REPEAT[len(a.output_ids) % 5])
+        b.output_ids.append(6)
+    assert calls == ["step"] * 3
+    b.finished_reason = FINISH_ABORT()
+    corpus.erase_match_state(["b"])
+    assert calls[3:] == ["step"] and not drafter.has("b")
+
+
+def test_without_a_bound_req_the_tail_is_the_history():
+    corpus, drafter = corpus_and_drafter()
+    history = [1, 2, 3, 4] + REPEAT
+    for total in range(8, 20):
+        tail = history[max(0, total - 4):total]
+        tokens, mask = corpus.batch_get(["x"], [tail], [total])
+        assert tokens[0] == tail[-1]
+    assert drafter.stats.errors == 0 and drafter.stats.requests == 1
+    assert drafter.num_tokens("x") == 4 + (19 - 8)

@@ -218,12 +218,12 @@ class Engine:
 
 
 def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool, cost_model: str = "cpu-fp32",
-              max_scopes: int = 1024):
+              max_scopes: int = 1024, trees: bool = False):
     opts = {"strategy": strategy, "global_cache_tokens": cache, "max_depth": 6,
             "adaptive": adaptive, "cost_model": cost_model, "min_gain": 0.05,
             "max_scopes": max_scopes}
-    nat = make_drafter({**opts, "native": True}, chain_only=True, vocab_size=vocab)
-    py = make_drafter({**opts, "native": False}, chain_only=True, vocab_size=vocab)
+    nat = make_drafter({**opts, "native": True}, chain_only=not trees, vocab_size=vocab)
+    py = make_drafter({**opts, "native": False}, chain_only=not trees, vocab_size=vocab)
     assert nat.native and not py.native
     return nat, py
 
@@ -233,14 +233,14 @@ def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool, cost_model:
        cache=st.sampled_from([0, 60, 400, 100_000]), layout=st.sampled_from(["buffer", "flat"]),
        adaptive=st.booleans(), budget=st.integers(1, 10),
        cost_model=st.sampled_from(["cpu-fp32", "small", "medium", "large"]),
-       scoped=st.booleans())
+       scoped=st.booleans(), trees=st.booleans())
 def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive, budget, cost_model,
-                                        scoped):
+                                        scoped, trees):
     """... with requests of several tenant scopes (scoped: 2 scope slots for 3 salts, so scopes'
-    pools and calibrations are evicted and made anew)."""
+    pools and calibrations are evicted and made anew), and with whole tree drafts (trees)."""
     rng = random.Random(seed)
     vocab = rng.choice([4, 9, 30])
-    nat, py = _drafters(strategy, cache, vocab, adaptive, cost_model, 2 if scoped else 1024)
+    nat, py = _drafters(strategy, cache, vocab, adaptive, cost_model, 2 if scoped else 1024, trees)
     engine = Engine(rng, vocab)
     placed: set = set()
     for step in range(25):
@@ -251,10 +251,16 @@ def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive,
                 scope = rng.choice([None, "s0", "s1", "s2"])
                 nat.set_scope(rid, scope)
                 py.set_scope(rid, scope)
-        got = nat.step(ids, tokens, n, prompts, caps, **kw)
-        want = py.step(ids, tokens, n, prompts, caps, **kw)
+        got = nat.step(ids, tokens, n, prompts, caps, trees=trees, **kw)
+        want = py.step(ids, tokens, n, prompts, caps, trees=trees, **kw)
         assert got.lengths.tolist() == want.lengths.tolist(), step
         assert got.tokens.tolist() == want.tokens.tolist(), step
+        if trees:
+            assert got.parents.tolist() == want.parents.tolist(), step
+            for t in got.trees():
+                assert all(-1 <= p < i for i, p in enumerate(t.parents))
+        else:
+            assert got.parents is None and want.parents is None
         assert (got.lengths <= np.maximum(caps, 0)).all()
         if kw["max_len"] is not None:
             assert (got.lengths <= np.maximum(kw["max_len"] - n, 0)).all()
@@ -273,15 +279,16 @@ def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive,
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), strategy=st.sampled_from(["suffix", "lookup", "tree"]),
-       native_core=st.booleans())
-def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core):
-    """Same events through start/extend/draft_batch/finish (RequestSync) and through step."""
+       native_core=st.booleans(), trees=st.booleans(), adaptive=st.booleans())
+def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core, trees, adaptive):
+    """Same events through start/extend/draft_batch/finish (RequestSync) and through step
+    (trees: whole tree drafts from both, as a tree verifier takes them)."""
     rng = random.Random(seed)
     vocab, budget = 12, 6
     opts = {"strategy": strategy, "global_cache_tokens": 500, "max_depth": 6,
-            "native": native_core and strategy != "lookup"}
-    a = make_drafter(opts, chain_only=True, vocab_size=vocab)
-    b = make_drafter(opts, chain_only=True, vocab_size=vocab)
+            "native": native_core and strategy != "lookup", "adaptive": adaptive}
+    a = make_drafter(opts, chain_only=not trees, vocab_size=vocab)
+    b = make_drafter(opts, chain_only=not trees, vocab_size=vocab)
     sync = RequestSync(a)
     engine = Engine(rng, vocab)
     for _ in range(20):
@@ -301,8 +308,10 @@ def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core
         # RequestSync derives the accepted count from what was emitted; step is given it
         kw["num_accepted"] = np.where(use, np.clip(e - 1, 0, budget), -1)
         trees = a.draft_batch(ids, budget)
-        got = b.step(ids, tokens, n, prompts, caps, **kw)
+        got = b.step(ids, tokens, n, prompts, caps, trees=trees, **kw)
         assert got.rows() == [t.token_ids for t in trees]
+        if trees:
+            assert [t.parents for t in got.trees()] == [t.parents for t in trees]
         engine.after_step(ids)
     assert a.stats.accepted_tokens == b.stats.accepted_tokens
     assert a.stats.finished == b.stats.finished

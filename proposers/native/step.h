@@ -33,7 +33,8 @@ struct StepInput {
   const int64_t* aborted = nullptr;       // requests dropped since the last step
   size_t num_aborted = 0;
   int64_t vocab_size = 0;                 // token ids must be < this (<= 0: int32 range)
-  bool tree = false;                      // draft trees, reduced to their best chain
+  bool tree = false;                      // draft trees (reduced to their best chain unless `trees`)
+  bool trees = false;                     // return each row's whole draft, with its parents
 };
 
 struct StepCounts {
@@ -46,6 +47,7 @@ struct StepCounts {
 struct StepOutput {
   std::vector<int32_t> tokens;   // the rows' drafts, concatenated in row order
   std::vector<int32_t> lengths;  // draft length of each row
+  std::vector<int32_t> parents;  // with `trees`: each node's parent within its row's draft (-1: root)
   StepCounts counts;
 };
 
@@ -84,6 +86,7 @@ class Stepper {
  public:
   void run(SuffixCore& core, DraftLengthController* ctl, const StepInput& in, StepOutput& out) {
     out.tokens.clear();
+    out.parents.clear();
     out.lengths.assign(in.num_rows, 0);
     out.counts = StepCounts{};
     for (size_t i = 0; i < in.num_finished; ++i) {
@@ -120,7 +123,7 @@ class Stepper {
       SuffixCore::Request* r = core.find(in.handles[j]);
       core.draft_req(*r, in.caps[j], in.tree, draft_);
       const Draft* d = &draft_;
-      if (in.tree) {
+      if (in.tree && !in.trees) {
         best_path(draft_, chain_, pp_, best_, best_child_);
         d = &chain_;
       }
@@ -151,13 +154,31 @@ class Stepper {
     for (size_t r = 0; r < m; ++r) {
       const int64_t a = offsets_[r];
       const int64_t k = std::max<int64_t>(0, std::min<int64_t>(counts_[r], offsets_[r + 1] - a));
-      if (ctl) ctl->sent(keys_[r], probs_.data() + a, (size_t)k, match_lens_[r]);
+      if (ctl) sent(ctl, r, a, k, in.trees);
       out.tokens.insert(out.tokens.end(), toks_.begin() + a, toks_.begin() + a + k);
+      if (in.trees) out.parents.insert(out.parents.end(), parents_.begin() + a, parents_.begin() + a + k);
       out.lengths[rows_[r]] = (int32_t)k;
     }
   }
 
  private:
+  // The controller learns the chain it will see verified: a tree's best path (draft_batch).
+  void sent(DraftLengthController* ctl, size_t r, int64_t a, int64_t k, bool whole_trees) {
+    bool chain = true;  // without whole trees every draft is a chain
+    for (int64_t i = 0; whole_trees && i < k && chain; ++i) chain = parents_[(size_t)(a + i)] == (int32_t)i - 1;
+    if (chain) {
+      ctl->sent(keys_[r], probs_.data() + a, (size_t)k, match_lens_[r]);
+      return;
+    }
+    draft_.clear();
+    draft_.match_len = match_lens_[r];
+    draft_.toks.assign(toks_.begin() + a, toks_.begin() + a + k);
+    draft_.parents.assign(parents_.begin() + a, parents_.begin() + a + k);
+    draft_.probs.assign(probs_.begin() + a, probs_.begin() + a + k);
+    best_path(draft_, chain_, pp_, best_, best_child_);
+    ctl->sent(keys_[r], chain_.probs.data(), chain_.probs.size(), chain_.match_len);
+  }
+
   static void check_tokens(const int32_t* t, int64_t n, int64_t vmax, size_t row, int64_t handle) {
     for (int64_t i = 0; i < n; ++i)
       if (t[i] < 0 || (int64_t)t[i] >= vmax)

@@ -140,7 +140,7 @@ std::vector<int64_t> row_ints(py::handle obj, size_t n, const char* name, int64_
 py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens, py::handle num_tokens_obj,
                    py::handle num_prompt_obj, py::handle caps_obj, py::handle rows_obj, py::handle offsets_obj,
                    py::handle accepted_obj, py::handle emitted_obj, py::handle finished_obj, py::handle aborted_obj,
-                   int64_t vocab_size, bool tree, int64_t max_len) {
+                   int64_t vocab_size, bool tree, int64_t max_len, bool trees) {
   std::vector<int64_t> handles = ints_of<int64_t>(handles_obj);
   const size_t n = handles.size();
   std::vector<int64_t> num_tokens = row_ints(num_tokens_obj, n, "num_tokens", 0, false);
@@ -188,6 +188,7 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
   in.num_aborted = aborted.size();
   in.vocab_size = vocab_size;
   in.tree = tree;
+  in.trees = trees;
   StepOutput out;  // a copy taken under the lock: another thread's step may reuse step_out
   locked<NoGil>(self, [&] {
     self.stepper.run(self.core, self.ctl.get(), in, self.step_out);
@@ -200,8 +201,13 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
   for (size_t j = 0; j < n; ++j) drafts += out.lengths[j] > 0;
   if (n) std::memcpy(lens.mutable_data(), out.lengths.data(), n * sizeof(int32_t));
   const StepCounts& c = out.counts;
-  return py::make_tuple(toks, lens,
-                        py::make_tuple(c.started, c.finished, c.aborted, c.accepted, drafts, (int64_t)out.tokens.size()));
+  py::tuple counts =
+      py::make_tuple(c.started, c.finished, c.aborted, c.accepted, drafts, (int64_t)out.tokens.size());
+  if (!trees) return py::make_tuple(toks, lens, counts);
+  py::array_t<int32_t> parents((py::ssize_t)out.parents.size());
+  if (!out.parents.empty())
+    std::memcpy(parents.mutable_data(), out.parents.data(), out.parents.size() * sizeof(int32_t));
+  return py::make_tuple(toks, lens, counts, parents);
 }
 
 // vLLM's list[list[int]] for `num_rows` batch rows from the drafts of the rows given (`rows`:
@@ -501,9 +507,11 @@ PYBIND11_MODULE(_suffix_native, m) {
            py::arg("token_offsets") = py::none(), py::arg("num_accepted") = py::none(),
            py::arg("num_emitted") = py::none(), py::arg("finished") = py::none(), py::arg("aborted") = py::none(),
            py::arg("vocab_size") = 0, py::arg("tree") = false, py::arg("max_len") = -1,
+           py::arg("trees") = false,
            "One engine step over flat arrays (see SpecDrafter.step): finish/abort, sync every row, draft, "
            "size the drafts with the controller. Returns (tokens int32[sum], lengths int32[rows], "
-           "(started, finished, aborted, accepted, drafts, drafted_tokens)). GIL released.")
+           "(started, finished, aborted, accepted, drafts, drafted_tokens)), and with trees=True the "
+           "whole tree drafts and their parents int32[sum] as a fourth entry. GIL released.")
       .def("set_controller",
            [](PyCore& s, py::handle curve, double cost_prior, double calibration_prior, double request_prior,
               double request_decay, double idle_decay, double min_gain, py::handle cost_params,
