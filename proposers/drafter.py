@@ -473,7 +473,7 @@ class SpecDrafter:
             handles = self._row_handles(req_ids)
             fin = self._pop_handles(finished) if finished else ()
             ab = self._pop_handles(aborted) if aborted else ()
-            whole = trees and self._tree and not self.chain_only
+            whole = bool(trees) and self._tree and not self.chain_only
             if self._native_step:
                 toks, lengths, counts, *parents = self.core.step(
                     handles, tokens, num_tokens, num_prompt_tokens, caps, rows, token_offsets,

@@ -307,11 +307,11 @@ def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core
                           num_drafted=budget if use[j] else 0, num_emitted=int(e[j])))
         # RequestSync derives the accepted count from what was emitted; step is given it
         kw["num_accepted"] = np.where(use, np.clip(e - 1, 0, budget), -1)
-        trees = a.draft_batch(ids, budget)
+        want = a.draft_batch(ids, budget)
         got = b.step(ids, tokens, n, prompts, caps, trees=trees, **kw)
-        assert got.rows() == [t.token_ids for t in trees]
+        assert got.rows() == [t.token_ids for t in want]
         if trees:
-            assert [t.parents for t in got.trees()] == [t.parents for t in trees]
+            assert [t.parents for t in got.trees()] == [t.parents for t in want]
         engine.after_step(ids)
     assert a.stats.accepted_tokens == b.stats.accepted_tokens
     assert a.stats.finished == b.stats.finished
