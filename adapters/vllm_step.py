@@ -69,6 +69,12 @@ class VllmStep:
         native = getattr(drafter, "native_engine_step", None)
         self.engine = native() if native is not None else None
 
+    @property
+    def native(self) -> bool:
+        """A tracked step goes through the native engine step, which also counts the drafts vLLM
+        verified (the plugin's ``propose`` and its verified-draft hook both ask this)."""
+        return self.engine is not None and self.use_native
+
     # -- runner hooks ------------------------------------------------------------------------------
     def step_begin(self, begin: Any) -> None:
         for req_id, aborted in begin.finished:

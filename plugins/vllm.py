@@ -180,7 +180,7 @@ class SpecdraftProposer:
         start = time.perf_counter()
         try:
             steps = self.steps
-            if steps.view is not None and steps.engine is not None and steps.use_native:
+            if steps.view is not None and steps.native:
                 drafts = steps.propose_native(args, kwargs)  # one native call
                 self.tracked = True
             else:
@@ -219,8 +219,7 @@ class SpecdraftProposer:
         """Drafts vLLM verified in this step, counted as vLLM's spec_decode counters count them.
         The native engine step counts them itself as it reads the rows (``_count_lengths``
         takes its counts); only draft tokens the engine marked invalid are taken off here."""
-        steps = self.steps
-        if steps.engine is not None and steps.use_native:
+        if self.steps.native:
             invalid = view.invalid_draft_tokens(sampled_token_ids)
             if invalid:
                 self.figures["draft_tokens"] -= invalid

@@ -10,7 +10,6 @@ from typing import Any, Callable
 import numpy as np
 
 
-
 def _peer_config(num_speculative_tokens: int, max_model_len: int, max_num_seqs: int,
                  **speculative: Any) -> Any:
     """The VllmConfig attributes 0.32's ngram and suffix proposers read in ``__init__``."""
