@@ -30,7 +30,7 @@ def test_entry_point_registers_the_algorithm_in_a_fresh_interpreter():
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["SPECDRAFT", "True", "True", "False", "False", "False",
-                                  "specdraft.adapters.sglang_v0_5"]
+                                  "specdraft.adapters.sglang_v0_5.register"]
 
 
 def test_the_algorithm_answers_every_scheduler_question_as_ngram(sglang_cpu):
@@ -133,7 +133,7 @@ def test_unsupported_sglang_versions_are_refused_with_the_range(sglang_cpu):
 
 
 def test_reqs_carry_the_cache_salt_specdraft_scopes_by(sglang_cpu):
-    """adapters/sglang_v0_5.py reads ``Req.cache_salt`` as a request's tenant scope."""
+    """adapters/sglang_v0_5/ reads ``Req.cache_salt`` as a request's tenant scope."""
     import inspect
 
     from sglang.srt.managers.schedule_batch import Req
