@@ -54,6 +54,11 @@ class DraftTree:
     def is_chain(self) -> bool:
         return all(p == i - 1 for i, p in enumerate(self.parents))
 
+    def chain_probs(self) -> list[float]:
+        """The probs of the chain a chain verifier is sent: this draft's own when it is a chain,
+        else its best path's (what the controller is told it sent)."""
+        return self.probs if self.is_chain() else self.best_path().probs
+
     def path_probs(self) -> list[float]:
         """Probability that each node is accepted (product of probs along its root path)."""
         out: list[float] = []

@@ -411,8 +411,7 @@ class SpecDrafter:
                                                 [t.match_len for t in trees])
                 trees = [t.truncate(k) for t, k in zip(trees, counts)]
                 for h, t in zip(handles, trees):
-                    self.controller.sent(h, t.best_path().probs if not t.is_chain() else t.probs,
-                                         t.match_len)
+                    self.controller.sent(h, t.chain_probs(), t.match_len)
             st = self._stats
             for t in trees:
                 if len(t):
@@ -624,7 +623,7 @@ class SpecDrafter:
         for h, j, t, k in zip(keys, rows, drafts, counts):
             t = t.truncate(k)
             if ctl is not None:  # the chain it will see verified: a tree's best path
-                ctl.sent(h, t.probs if t.is_chain() else t.best_path().probs, t.match_len)
+                ctl.sent(h, t.chain_probs(), t.match_len)
             out.extend(t.token_ids)
             out_parents.extend(t.parents)
             lengths[j] = len(t)

@@ -524,19 +524,6 @@ class SuffixIndex {
   // Defined in index_checks.h.
   void check() const;
 
-  // Warm the cache for extending state st by `token`.
-  void prefetch_extend(State st, int32_t token) const {
-    if (!st.valid()) return;
-    const Node& N = nodes_[st.node];
-    if (N.open && st.extra == 0) {
-      __builtin_prefetch(&table_.slots()[table_.home(st.node, token)]);
-    } else {
-      const std::vector<int32_t>& s = seqs_[occ_seq(N)].toks;
-      const int64_t p = (int64_t)occ_pos(N) + st.extra + 1;
-      if (p < (int64_t)s.size()) __builtin_prefetch(s.data() + p);
-    }
-  }
-
   // Warm the cache for one append: the window's nodes and their hash slots for `token`.
   void prefetch_levels(const int32_t* w, int32_t token) const {
     const uint32_t* sl = table_.slots();
