@@ -13,7 +13,7 @@ import functools
 import inspect
 import time
 from itertools import repeat
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -26,11 +26,10 @@ from specdraft.proposers.base import accepted_count
 class StepBegin:
     """What a step tells before the runner updates its batch."""
 
-    finished: list[tuple[str, bool]]  # (req_id, aborted) for requests that ended since last step
+    finished: Sequence[tuple[str, bool]]  # (req_id, aborted): requests that ended since last step
     num_scheduled_tokens: int         # tokens the target scores this step
     started_at: float                 # perf_counter() at execute_model entry
-    scopes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    #                                   (req_id, scope) of new salted requests
+    scopes: Sequence[tuple[str, str]] = ()  # (req_id, scope) of new salted requests
 
 
 def _stop_token_ids(sampling_params: Any) -> set[int]:
@@ -389,19 +388,32 @@ def take_step_times(runner: Any) -> list[list] | None:
 
 def _step_begin(runner: Any, scheduler_output: Any) -> StepBegin:
     started_at = time.perf_counter()
-    finished = []
     ended = scheduler_output.finished_req_ids
-    if ended:  # (most steps end no request)
-        max_model_len = runner.max_model_len
-        lookback = runner.num_spec_tokens + 1 if getattr(runner, "num_spec_tokens", 0) else 1
-        requests = runner.requests
-        for req_id in ended:
-            req_state = requests.get(req_id)
-            aborted = req_state is None or not ended_normally(req_state, max_model_len, lookback)
-            finished.append((req_id, aborted))
+    new_reqs = scheduler_output.scheduled_new_reqs
+    # (most steps end no request and start none)
+    return StepBegin(_ended(runner, ended) if ended else (),
+                     scheduler_output.total_num_scheduled_tokens, started_at,
+                     _scopes(new_reqs) if new_reqs else ())
+
+
+def _ended(runner: Any, ended: Any) -> list[tuple[str, bool]]:
+    """(req_id, aborted) for the requests in the step's ``finished_req_ids``."""
+    max_model_len = runner.max_model_len
+    lookback = runner.num_spec_tokens + 1 if getattr(runner, "num_spec_tokens", 0) else 1
+    requests = runner.requests
+    finished = []
+    for req_id in ended:
+        req_state = requests.get(req_id)
+        aborted = req_state is None or not ended_normally(req_state, max_model_len, lookback)
+        finished.append((req_id, aborted))
+    return finished
+
+
+def _scopes(new_reqs: Any) -> list[tuple[str, str]]:
+    """(req_id, scope) of the step's new requests that carry a tenant scope."""
     scopes = []
-    for new in scheduler_output.scheduled_new_reqs:
+    for new in new_reqs:
         scope = request_scope(new.sampling_params)
         if scope is not None:
             scopes.append((new.req_id, scope))
-    return StepBegin(finished, scheduler_output.total_num_scheduled_tokens, started_at, scopes)
+    return scopes
