@@ -162,7 +162,7 @@ class VllmStep:
             finished, aborted = [], []
         try:
             out = self.drafter.step(
-                step.req_ids, token_ids_cpu, step.num_tokens, step.num_prompt_tokens, step.caps,
+                step.req_ids, token_ids_cpu, step.num_tokens, step.num_prompt_tokens, step.budgets,
                 rows=step.rows, num_accepted=step.num_accepted, num_emitted=step.num_emitted,
                 finished=finished, aborted=aborted, max_len=step.max_len)
         finally:
@@ -179,19 +179,19 @@ class VllmStep:
     def engine_drafts(self, out: Any, step: Any) -> list[list[int]]:
         """The drafter's answer as vLLM takes it, after checks that keep a bad draft away from
         the engine (more tokens than allowed, ids outside the vocabulary)."""
-        caps = step.caps
-        if isinstance(caps, int):
-            caps = [caps] * len(step.req_ids)
-        return engine_rows(out.tokens, out.lengths, step.num_rows, step.rows, caps,
+        budgets = step.budgets
+        if isinstance(budgets, int):
+            budgets = [budgets] * len(step.req_ids)
+        return engine_rows(out.tokens, out.lengths, step.num_rows, step.rows, budgets,
                            self.vocab_size)
 
 
-def _engine_rows(tokens, lengths, num_rows, rows, caps, vocab_size) -> list[list[int]]:
+def _engine_rows(tokens, lengths, num_rows, rows, budgets, vocab_size) -> list[list[int]]:
     """Plain-Python ``engine_rows`` (when the native extension is not built)."""
-    caps = np.maximum(np.asarray(caps, dtype=np.int64), 0)
-    if lengths.shape != caps.shape or (lengths < 0).any() or (lengths > caps).any():
+    budgets = np.maximum(np.asarray(budgets, dtype=np.int64), 0)
+    if lengths.shape != budgets.shape or (lengths < 0).any() or (lengths > budgets).any():
         raise ValueError(f"drafter returned drafts longer than allowed: lengths "
-                         f"{lengths.tolist()}, caps {caps.tolist()}")
+                         f"{lengths.tolist()}, budgets {budgets.tolist()}")
     if int(lengths.sum()) != tokens.shape[0]:
         raise ValueError(f"drafter returned {tokens.shape[0]} tokens for lengths adding up to "
                          f"{int(lengths.sum())}")

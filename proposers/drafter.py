@@ -386,15 +386,15 @@ class SpecDrafter:
     def draft(self, req_id, budget: int | None = None) -> DraftTree:
         return self.draft_batch([req_id], budget)[0]
 
-    def draft_batch(self, req_ids: Sequence, max_budget: int | None = None,
+    def draft_batch(self, req_ids: Sequence, budget: int | None = None,
                     batch: tuple | None = None) -> list[DraftTree]:
-        """Drafts for a batch, sized together by the controller; each has <= max_budget nodes.
+        """Drafts for a batch, sized together by the controller; each has <= budget nodes.
 
         ``batch`` = (requests, sum of contexts, longest context) of the whole verification pass
         when it holds more than these requests (default: these requests, their contexts)."""
-        budget = 16 if max_budget is None else max_budget
+        budget = 16 if budget is None else budget
         if budget < 0:
-            raise ValueError(f"max_budget must be >= 0, got {budget}")
+            raise ValueError(f"budget must be >= 0, got {budget}")
         with self._lock:
             t0 = time.perf_counter()
             handles = [self._handle(r) for r in req_ids]
@@ -422,7 +422,7 @@ class SpecDrafter:
 
     # ------------------------------------------------------------ engine step
     def step(self, req_ids: Sequence[Hashable], token_ids: np.ndarray, num_tokens,
-             num_prompt_tokens, caps, *, rows=None, token_offsets=None, num_accepted=None,
+             num_prompt_tokens, budgets, *, rows=None, token_offsets=None, num_accepted=None,
              num_emitted=None, finished: Sequence[Hashable] = (),
              aborted: Sequence[Hashable] = (), max_len: int | None = None,
              trees: bool = False) -> StepDrafts:
@@ -440,10 +440,10 @@ class SpecDrafter:
           not seen: the tokens past those it already holds, or the whole prompt for a request
           it does not know; a row that does not reach that far back is an error naming the row.
         - ``num_prompt_tokens``: prompt length (what a new request starts with).
-        - ``caps``: the most draft tokens the row may get this step (engine budget, per-request
+        - ``budgets``: the most draft tokens the row may get this step (engine budget, per-request
           opt-out; one int for every row); 0 or less: the row is synced but gets no draft.
         - ``max_len``: if given, no draft takes a row's history past ``max_len`` tokens (the cap
-          becomes ``min(caps[j], max_len - num_tokens[j])``).
+          becomes ``min(budgets[j], max_len - num_tokens[j])``).
         - ``num_accepted``: draft tokens of the row's previous draft that the target accepted
           (-1 or None: unknown); applied only when ``num_emitted`` (tokens the engine emitted
           for the row this step; -1 or None: unchecked) equals the tokens new to the drafter.
@@ -457,7 +457,7 @@ class SpecDrafter:
         holds restarts the request. Token ids must lie in ``0..vocab_size-1``.
 
         Returns ``StepDrafts(tokens, lengths)``: row j's draft is a chain of ``lengths[j] <=
-        caps[j]`` tokens (tree drafts are reduced to their best chain), sized across the batch
+        budgets[j]`` tokens (tree drafts are reduced to their best chain), sized across the batch
         by the adaptive controller. With ``trees=True`` a tree strategy's drafts come back whole
         (``lengths[j]`` nodes, the first ones of the tree, as ``draft_batch`` sizes them) with
         ``StepDrafts.parents`` (each node's parent within its row, -1 for a root; chains for a
@@ -475,12 +475,12 @@ class SpecDrafter:
             whole = bool(trees) and self._tree and not self.chain_only
             if self._native_step:
                 toks, lengths, counts, *parents = self.core.step(
-                    handles, tokens, num_tokens, num_prompt_tokens, caps, rows, token_offsets,
+                    handles, tokens, num_tokens, num_prompt_tokens, budgets, rows, token_offsets,
                     num_accepted, num_emitted, fin, ab, self.vocab_size or 0, self._tree,
                     -1 if max_len is None else max_len, whole)
             else:
                 toks, lengths, counts, *parents = self._step_python(
-                    handles, tokens, num_tokens, num_prompt_tokens, caps, rows, token_offsets,
+                    handles, tokens, num_tokens, num_prompt_tokens, budgets, rows, token_offsets,
                     num_accepted, num_emitted, fin, ab, max_len, whole)
             self._stats.add_step_counts(counts, time.perf_counter() - t0)
             if trees and not whole:  # chains: each node's parent is the one before it
@@ -509,7 +509,7 @@ class SpecDrafter:
         pop = self._handles.pop
         return [h for h in (pop(r, None) for r in req_ids) if h is not None]
 
-    def _step_python(self, handles, tokens, num_tokens, num_prompt_tokens, caps, rows,
+    def _step_python(self, handles, tokens, num_tokens, num_prompt_tokens, budgets, rows,
                      token_offsets, num_accepted, num_emitted, finished, aborted, max_len,
                      trees=False):
         """Plain-Python twin of the native step (proposers/native/step.h): the specification.
@@ -518,8 +518,8 @@ class SpecDrafter:
         R = len(handles)
         num_tokens = _row_array(num_tokens, R, "num_tokens")
         num_prompt = _row_array(num_prompt_tokens, R, "num_prompt_tokens")
-        caps = (np.full(R, int(caps), dtype=np.int64) if isinstance(caps, (int, np.integer))
-                else _row_array(caps, R, "caps"))
+        budgets = (np.full(R, int(budgets), dtype=np.int64) if isinstance(budgets, (int, np.integer))
+                else _row_array(budgets, R, "budgets"))
         num_accepted = _row_array(num_accepted, R, "num_accepted", -1)
         num_emitted = _row_array(num_emitted, R, "num_emitted", -1)
         if token_offsets is not None:
@@ -537,7 +537,7 @@ class SpecDrafter:
             row_offset = row_idx * tokens.shape[1]
             row_start = np.zeros(R, dtype=np.int64)
         if max_len is not None:
-            caps = np.minimum(caps, max_len - num_tokens)
+            budgets = np.minimum(budgets, max_len - num_tokens)
         tokens = tokens.reshape(-1)
         core, ctl = self.core, self.controller
         started = n_fin = n_ab = accepted = 0
@@ -602,9 +602,9 @@ class SpecDrafter:
 
         keys, rows, drafts = [], [], []
         for j, h in enumerate(handles):
-            if caps[j] <= 0:
+            if budgets[j] <= 0:
                 continue
-            toks, parents, probs, match_len = core.draft(h, int(caps[j]), self._tree)
+            toks, parents, probs, match_len = core.draft(h, int(budgets[j]), self._tree)
             t = DraftTree(list(toks), list(parents), list(probs), match_len)
             if self._tree and not trees:
                 t = t.best_path()

@@ -209,7 +209,7 @@ def test_bad_calls_raise_clear_errors():
     d.start("a", [1, 2])
     with pytest.raises(KeyError, match="already started"):
         d.start("a", [1])
-    with pytest.raises(ValueError, match="max_budget"):
+    with pytest.raises(ValueError, match="budget"):
         d.draft_batch(["a"], -1)
 
 

@@ -260,7 +260,7 @@ def same_state(py: PySuffixCore, nat) -> None:
     assert nat.corpus_tokens == py.corpus_tokens
 
 
-def step_twin(py: PySuffixCore, nat, hs: list[int], news: list[list[int]], caps: list[int], tree: bool,
+def step_twin(py: PySuffixCore, nat, hs: list[int], news: list[list[int]], budgets: list[int], tree: bool,
               prompts: dict[int, list[int]] | None = None) -> None:
     """One engine step through the native core's ``step`` (flat token_ids, each row's tokens the
     tail of its request's history: its new tokens, behind its prompt for a request the step
@@ -281,13 +281,13 @@ def step_twin(py: PySuffixCore, nat, hs: list[int], news: list[list[int]], caps:
         num_tokens.append(py.num_tokens(h))
         num_prompt.append(len(p))
     want = []
-    for h, c in zip(hs, caps):
+    for h, c in zip(hs, budgets):
         if c <= 0:
             want.append([])
             continue
         d = py.draft(h, c, tree)
         want.append(DraftTree(*d).best_path().token_ids if tree else d[0])
-    toks, lens, counts = nat.step(hs, flat, num_tokens, num_prompt, caps, token_offsets=offsets, tree=tree)
+    toks, lens, counts = nat.step(hs, flat, num_tokens, num_prompt, budgets, token_offsets=offsets, tree=tree)
     bounds = [0]
     for k in lens.tolist():
         bounds.append(bounds[-1] + k)
@@ -295,7 +295,7 @@ def step_twin(py: PySuffixCore, nat, hs: list[int], news: list[list[int]], caps:
     assert got == want
     drafts = sum(1 for w in want if w)
     assert tuple(counts) == (len(prompts), 0, 0, 0, drafts, bounds[-1])
-    for h, c in zip(hs, caps):
+    for h, c in zip(hs, budgets):
         if c > 0:
             assert nat.draft(h, c, tree) == py.draft(h, c, tree)
 
@@ -343,8 +343,8 @@ def _core_twin_random_interleavings(params, data):
                 live.append(next_h)
                 next_h += 1
             news = [data.draw(toks) for _ in hs]
-            caps = [rng.randint(-1, 10) for _ in hs]
-            step_twin(py, nat, hs, news, caps, data.draw(st.booleans()), prompts)
+            budgets = [rng.randint(-1, 10) for _ in hs]
+            step_twin(py, nat, hs, news, budgets, data.draw(st.booleans()), prompts)
         elif op in ("finish", "abort"):
             h = live.pop(rng.randrange(len(live)))
             getattr(py, op)(h)
@@ -447,7 +447,7 @@ def test_core_errors_match():
     # the engine step checks its arguments before it applies anything
     nat = native.SuffixCore(max_depth=4)
     nat.start(1, [1, 2])
-    with pytest.raises(ValueError, match=r"caps must have one entry per row \(2\), got 1"):
+    with pytest.raises(ValueError, match=r"budgets must have one entry per row \(2\), got 1"):
         nat.step([1, 9], [3, 5], [3, 1], [2, 1], [4], token_offsets=[0, 1, 2])
     with pytest.raises(ValueError, match=r"token_offsets must have one entry per row \(3\), got 2"):
         nat.step([1, 9], [3, 5], [3, 1], [2, 1], [4, 4], token_offsets=[0, 1])
@@ -682,7 +682,7 @@ def same_scopes(py: PySuffixCore, nat) -> None:
 @SETTINGS
 @given(params=CORE_PARAMS, data=st.data())
 def test_core_twin_scoped_interleavings(params, data):
-    """Random interleavings over requests of several scopes, with per-scope caps, a total cap
+    """Random interleavings over requests of several scopes, with per-scope budgets, a total cap
     that makes scopes evict each other, few enough scope slots that whole scopes are evicted,
     corpora for some scopes, and requests restarted in their scope."""
     total = params["global_cache_tokens"]
@@ -751,7 +751,7 @@ def test_core_twin_scoped_interleavings(params, data):
 
 def _isolation_run(make, seed: int) -> None:
     """Requests of several scopes through one core, and each scope's requests alone through a
-    core of its own: every draft of the shared core must equal the lone core's (per-scope caps
+    core of its own: every draft of the shared core must equal the lone core's (per-scope budgets
     only, so no scope's budget depends on another's)."""
     rng = random.Random(seed)
     vocab = 4

@@ -36,8 +36,8 @@ def test_accepted_length_walks_the_tree():
 def test_replay_counts_are_consistent_and_deterministic(tmp_path):
     recs = load_trace(write(tmp_path / "t.jsonl", synthetic()))
     methods = ["specdraft-suffix", "specdraft-lookup", "vllm-ngram"]
-    a = replay(recs, methods, max_k=8, batches=(1, 4))
-    b = replay(recs, methods, max_k=8, batches=(1, 4))
+    a = replay(recs, methods, budget=8, batches=(1, 4))
+    b = replay(recs, methods, budget=8, batches=(1, 4))
     assert a["results"] == b["results"]
     assert a["settings"]["cost_model"] == "medium"  # no model size in the trace
     for w, ms in a["results"].items():
@@ -74,7 +74,7 @@ def test_batch_of_one_is_the_sequential_replay(tmp_path):
 
 def test_no_drafts_is_speedup_one():
     class Never(SpecdraftMethod):
-        def draft_batch(self, keys, max_k, batch=None):
+        def draft_batch(self, keys, budget, batch=None):
             return [([], []) for _ in keys]
     recs = synthetic(3)
     for b in (1, 2, 8):
@@ -116,7 +116,7 @@ def test_sessions_wait_for_their_earlier_turns():
 
 def test_large_batches_draft_less_and_never_lose(tmp_path):
     recs = load_trace(write(tmp_path / "t.jsonl", synthetic(6)))
-    out = replay(recs, ["specdraft-suffix"], max_k=16, cost_model="medium", batches=(1, 64))
+    out = replay(recs, ["specdraft-suffix"], budget=16, cost_model="medium", batches=(1, 64))
     for w, ms in out["results"].items():
         b = ms["specdraft-suffix"]["batch"]
         assert b["64"]["drafted_per_step"] < b["1"]["drafted_per_step"], w
@@ -200,8 +200,8 @@ def test_default_cost_model_follows_the_trace_model_size(model, preset):
 def test_specdraft_options_reach_every_specdraft_method(tmp_path, capsys):
     from specdraft.replay import main
     recs = load_trace(write(tmp_path / "t.jsonl", synthetic()))
-    full = replay(recs, ["specdraft-suffix", "vllm-ngram"], max_k=8, cost_model="gpu", batches=(1,))
-    none = replay(recs, ["specdraft-suffix", "vllm-ngram"], max_k=8, cost_model="gpu", batches=(1,),
+    full = replay(recs, ["specdraft-suffix", "vllm-ngram"], budget=8, cost_model="gpu", batches=(1,))
+    none = replay(recs, ["specdraft-suffix", "vllm-ngram"], budget=8, cost_model="gpu", batches=(1,),
                   specdraft_options={"strategy": "lookup", "lookup_min": 64, "lookup_max": 64})
     for w in full["results"]:
         assert none["results"][w]["specdraft-suffix"]["drafted_tokens"] == 0  # no 64-gram repeats
@@ -234,7 +234,7 @@ def test_engine_replay_schedules_chunked_prefill_and_finishes_a_step_late():
     prompts = [list(range(10)), list(range(100, 110))]
     outputs = [[1, 2, 3], [4, 5, 6]]
     nodraft = _Oracle(prompts, outputs)
-    nodraft.draft = lambda key, max_k: ([], [])
+    nodraft.draft = lambda key, budget: ([], [])
     # budget 12: step 1 prefills request 1 and 2 tokens of request 2; step 2 decodes request 1
     # and finishes request 2's prefill (its first token); steps 3-4 decode
     r = replay_engine(nodraft, list(zip(prompts, outputs)), 4, EngineSchedule(2, 12, 16, False))
@@ -255,7 +255,7 @@ def test_engine_replay_admits_at_most_max_num_seqs_and_skips_cached_blocks():
     prompts = [list(range(20))] * 3
     outputs = [[1, 2], [1, 2], [1, 2]]
     nodraft = _Oracle(prompts, outputs)
-    nodraft.draft = lambda key, max_k: ([], [])
+    nodraft.draft = lambda key, budget: ([], [])
     one = replay_engine(nodraft, list(zip(prompts, outputs)), 4, EngineSchedule(1, 100, 16, True))
     assert one["steps"] == 6  # one request at a time: prefill + one decode each
 

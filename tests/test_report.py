@@ -41,7 +41,7 @@ def test_replay_blocks_come_from_the_replay_json(tmp_path):
     from specdraft.replay import markdown_table, replay
     recs = [{"id": str(i), "workload": "echo", "session": None, "prompt_token_ids": list(range(40)),
              "output_token_ids": list(range(10, 40))} for i in range(2)]
-    out = replay(recs, ["specdraft-suffix"], max_k=8, cost_model="small", batches=(1, 2))
+    out = replay(recs, ["specdraft-suffix"], budget=8, cost_model="small", batches=(1, 2))
     (tmp_path / "r.json").write_text(json.dumps(out))
     text = ("<!-- generated: replay r.json -->\nstale\n<!-- end generated -->\n"
             "<!-- generated: replay-summary r.json -->\n<!-- end generated -->\n")

@@ -18,14 +18,14 @@ ANSWER = [_RNG.randrange(1000) for _ in range(80)]
 PROMPT = [5, 6, 7, 8]
 
 
-def _step(d, req_ids, histories, caps=8, num_accepted=None):
+def _step(d, req_ids, histories, budgets=8, num_accepted=None):
     """One engine step over these rows (histories: each row's whole token history)."""
     L = max(len(h) for h in histories) + 16
     buf = np.zeros((len(histories), L), dtype=np.int32)
     for i, h in enumerate(histories):
         buf[i, :len(h)] = h
     return d.step(req_ids, buf, [len(h) for h in histories], [len(PROMPT)] * len(histories),
-                  caps, num_accepted=num_accepted).rows()
+                  budgets, num_accepted=num_accepted).rows()
 
 
 def _accepted_by_step(d, req_id, scope, lengths=None, timed=False):

@@ -173,9 +173,9 @@ class Engine:
             emitted.append(k if r.random() < 0.9 else -1)
             accepted.append(r.choice([-1, k - 1, r.randint(0, budget)]))
         n = np.array([self.live[i]["n"] for i in ids], dtype=np.int64)
-        caps = np.array([r.choice([budget, budget, r.randint(-1, budget)]) for _ in ids])
+        budgets = np.array([r.choice([budget, budget, r.randint(-1, budget)]) for _ in ids])
         if r.random() < 0.3:
-            caps = budget  # one cap for every row
+            budgets = budget  # one cap for every row
         kw = dict(num_accepted=np.array(accepted), num_emitted=emitted,
                   finished=list(self.ended), aborted=list(self.dropped),
                   max_len=r.choice([None, self.max_len - 1, self.max_len - 3]))
@@ -200,7 +200,7 @@ class Engine:
             tokens = np.array(parts, dtype=np.int64)
             kw["token_offsets"] = np.array(off)
         prompts = np.array([self.live[i]["prompt"] for i in ids])
-        return ids, tokens, n, prompts, caps, kw
+        return ids, tokens, n, prompts, budgets, kw
 
     def after_step(self, ids) -> None:
         for rid in ids:
@@ -244,15 +244,15 @@ def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive,
     engine = Engine(rng, vocab)
     placed: set = set()
     for step in range(25):
-        ids, tokens, n, prompts, caps, kw = engine.step_input(layout, budget)
+        ids, tokens, n, prompts, budgets, kw = engine.step_input(layout, budget)
         for rid in ids:
             if scoped and rid not in placed:
                 placed.add(rid)
                 scope = rng.choice([None, "s0", "s1", "s2"])
                 nat.set_scope(rid, scope)
                 py.set_scope(rid, scope)
-        got = nat.step(ids, tokens, n, prompts, caps, trees=trees, **kw)
-        want = py.step(ids, tokens, n, prompts, caps, trees=trees, **kw)
+        got = nat.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
+        want = py.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
         assert got.lengths.tolist() == want.lengths.tolist(), step
         assert got.tokens.tolist() == want.tokens.tolist(), step
         if trees:
@@ -261,7 +261,7 @@ def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive,
                 assert all(-1 <= p < i for i, p in enumerate(t.parents))
         else:
             assert got.parents is None and want.parents is None
-        assert (got.lengths <= np.maximum(caps, 0)).all()
+        assert (got.lengths <= np.maximum(budgets, 0)).all()
         if kw["max_len"] is not None:
             assert (got.lengths <= np.maximum(kw["max_len"] - n, 0)).all()
         assert got.rows() == want.rows()
@@ -292,8 +292,8 @@ def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core
     sync = RequestSync(a)
     engine = Engine(rng, vocab)
     for _ in range(20):
-        ids, tokens, n, prompts, caps, kw = engine.step_input("buffer", budget)
-        caps = budget
+        ids, tokens, n, prompts, budgets, kw = engine.step_input("buffer", budget)
+        budgets = budget
         kw["max_len"] = None
         rows = kw["rows"]
         for rid in kw["finished"]:
@@ -308,7 +308,7 @@ def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core
         # RequestSync derives the accepted count from what was emitted; step is given it
         kw["num_accepted"] = np.where(use, np.clip(e - 1, 0, budget), -1)
         want = a.draft_batch(ids, budget)
-        got = b.step(ids, tokens, n, prompts, caps, trees=trees, **kw)
+        got = b.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
         assert got.rows() == [t.token_ids for t in want]
         if trees:
             assert [t.parents for t in got.trees()] == [t.parents for t in want]
@@ -329,7 +329,7 @@ def test_step_errors_name_the_row(native_core):
     with pytest.raises(ValueError, match=r"row 0 .*needs the history from position 0 but the "
                                          r"row's tokens start at position 2"):
         d.step(["a"], np.array([3, 4]), [4], [2], [3], token_offsets=[0, 2])
-    with pytest.raises(ValueError, match=r"caps must have one entry per row \(1\), got 2"):
+    with pytest.raises(ValueError, match=r"budgets must have one entry per row \(1\), got 2"):
         d.step(["a"], buf, [4], [2], [3, 3])
     with pytest.raises(ValueError, match=r"token_ids must be an \(N, L\) array"):
         d.step(["a"], np.array([1, 2, 3]), [3], [2], [3])

@@ -70,9 +70,9 @@ class _Rows:
         self.prompts.append(prompt)
         self.accepted.append(accepted)
 
-    def step(self, drafter: Any, caps, **events):
+    def step(self, drafter: Any, budgets, **events):
         return drafter.step(self.rids, np.array(self.tokens, dtype=np.int32), self.totals,
-                            self.prompts, caps, token_offsets=self.offsets,
+                            self.prompts, budgets, token_offsets=self.offsets,
                             num_accepted=self.accepted, trees=True, **events)
 
 

@@ -164,8 +164,8 @@ class StepView:
         if ended:
             gone = set(ended)
             wanted = [w and r not in gone for w, r in zip(wanted, req_ids)]
-        caps = budget if all(wanted) else [budget if w else 0 for w in wanted]
-        return StepRows(num_rows, rows, req_ids, num_tokens, num_prompt, caps, num_accepted,
+        budgets = budget if all(wanted) else [budget if w else 0 for w in wanted]
+        return StepRows(num_rows, rows, req_ids, num_tokens, num_prompt, budgets, num_accepted,
                         emitted, max_model_len - 1, ended)
 
     def request_speculates(self, req_id: str) -> bool:
@@ -176,7 +176,7 @@ class StepView:
                     num_speculative_tokens: int, max_model_len: int, finished: list,
                     aborted: list, scored_tokens: int, scored_seconds: float) -> list[list[int]]:
         """The propose call handed to the native engine step (proposers/native/engine_step.h)
-        with vLLM's arrays as they are: the same rows, accepted counts, caps and ended requests
+        with vLLM's arrays as they are: the same rows, accepted counts, budgets and ended requests
         as ``step_rows`` (its plain-Python twin), and vLLM's ``list[list[int]]`` back.
 
         0.32 facts it relies on: at ``propose`` the sampled tokens are already in
@@ -236,7 +236,7 @@ class StepRows:
     req_ids: list           # their request ids
     num_tokens: Any
     num_prompt_tokens: Any
-    caps: Any               # an int for every row, or one per row (0: the request opted out)
+    budgets: Any               # an int for every row, or one per row (0: the request opted out)
     num_accepted: Any
     num_emitted: Any
     # A sequence may not grow past max_model_len, and the step emits one token past the draft:

@@ -5,7 +5,7 @@
 // batch as the engine keeps it (the request id of each row, the tokens each row emitted this
 // step, the engine's token buffer and lengths, the drafts verified this step by request id, the
 // requests that left since the last step), keeps the request id -> handle map, turns the rows
-// into the Stepper's flat input (accepted counts, per-row caps: budget, per-request opt-out, a
+// into the Stepper's flat input (accepted counts, per-row budgets: the step's budget, per-request opt-out, a
 // request that this step's tokens ended, the length limit), runs the step with the GIL
 // released, finishes the requests that ended, counts what happened, and returns one list of
 // draft token ids per row (checked: no draft longer than its cap, no id outside the
@@ -102,7 +102,7 @@ class EngineStep {
     rows_.clear();
     ntok_.clear();
     nprompt_.clear();
-    caps_.clear();
+    budgets_.clear();
     acc_.clear();
     emit_.clear();
     ended_.clear();
@@ -165,7 +165,7 @@ class EngineStep {
       rows_.push_back((int64_t)j);
       ntok_.push_back(n);
       nprompt_.push_back(np);
-      caps_.push_back(rule.speculates && !ended ? std::min(budget, max_len - n) : std::min<int64_t>(0, max_len - n));
+      budgets_.push_back(rule.speculates && !ended ? std::min(budget, max_len - n) : std::min<int64_t>(0, max_len - n));
       // every emitted token but the last (bonus or correction) was an accepted draft token: the
       // twin of proposers/base.py accepted_count
       const int64_t acc = drafted > 0 ? std::min<int64_t>(e - 1, drafted) : -1;
@@ -229,7 +229,7 @@ class EngineStep {
     in.num_tokens = ntok_.data();
     in.num_accepted = acc_.data();
     in.num_emitted = emit_.data();
-    in.caps = caps_.data();
+    in.budgets = budgets_.data();
     in.finished = fin_.data();
     in.num_finished = fin_.size();
     in.aborted = ab_.data();
@@ -268,9 +268,9 @@ class EngineStep {
     if ((int64_t)figures.length_counts.size() < budget + 1) figures.length_counts.resize((size_t)std::max<int64_t>(budget + 1, 1), 0);
     for (size_t r = 0; r < m; ++r) {
       const int64_t k = out_.lengths[r];
-      if (k < 0 || k > std::max<int64_t>(0, caps_[r]))
+      if (k < 0 || k > std::max<int64_t>(0, budgets_[r]))
         throw ValueErr{"drafter returned a draft of " + std::to_string(k) + " tokens for row " +
-                       std::to_string(rows_[r]) + " (at most " + std::to_string(std::max<int64_t>(0, caps_[r])) +
+                       std::to_string(rows_[r]) + " (at most " + std::to_string(std::max<int64_t>(0, budgets_[r])) +
                        " allowed)"};
       if (a + (size_t)k > out_.tokens.size()) throw ValueErr{"drafter returned fewer tokens than its lengths say"};
       PyObject* row = new_ref_or_throw(PyList_New((Py_ssize_t)k));
@@ -354,7 +354,7 @@ class EngineStep {
   std::unordered_map<int64_t, RequestRule> rules_;
   StepOutput out_;
   std::vector<PyObject*> ended_ids_;  // borrowed from the caller's req_ids during the call
-  std::vector<int64_t> fin_, ab_, handles_v_, rows_, ntok_, nprompt_, caps_, acc_, emit_, ended_, offs_, starts_;
+  std::vector<int64_t> fin_, ab_, handles_v_, rows_, ntok_, nprompt_, budgets_, acc_, emit_, ended_, offs_, starts_;
 };
 
 // Registers EngineStep on the extension module (PyCore: the module's SuffixCore wrapper, with

@@ -27,7 +27,7 @@ struct StepInput {
   const int64_t* num_tokens = nullptr;    // history length: positions [row_start, num_tokens) given
   const int64_t* num_accepted = nullptr;  // accepted tokens of the last draft; -1: unknown
   const int64_t* num_emitted = nullptr;   // tokens the engine emitted this step; -1: not checked
-  const int64_t* caps = nullptr;          // most draft tokens the row may get (<= 0: no draft)
+  const int64_t* budgets = nullptr;       // most draft tokens the row may get (<= 0: no draft)
   const int64_t* finished = nullptr;      // requests that ended normally since the last step
   size_t num_finished = 0;
   const int64_t* aborted = nullptr;       // requests dropped since the last step
@@ -119,9 +119,9 @@ class Stepper {
     toks_.clear();
     offsets_.assign(1, 0);
     for (size_t j = 0; j < in.num_rows; ++j) {
-      if (in.caps[j] <= 0) continue;
+      if (in.budgets[j] <= 0) continue;
       SuffixCore::Request* r = core.find(in.handles[j]);
-      core.draft_req(*r, in.caps[j], in.tree, draft_);
+      core.draft_req(*r, in.budgets[j], in.tree, draft_);
       const Draft* d = &draft_;
       if (in.tree && !in.trees) {
         best_path(draft_, chain_, pp_, best_, best_child_);

@@ -138,14 +138,14 @@ std::vector<int64_t> row_ints(py::handle obj, size_t n, const char* name, int64_
 }
 
 py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens, py::handle num_tokens_obj,
-                   py::handle num_prompt_obj, py::handle caps_obj, py::handle rows_obj, py::handle offsets_obj,
+                   py::handle num_prompt_obj, py::handle budgets_obj, py::handle rows_obj, py::handle offsets_obj,
                    py::handle accepted_obj, py::handle emitted_obj, py::handle finished_obj, py::handle aborted_obj,
                    int64_t vocab_size, bool tree, int64_t max_len, bool trees) {
   std::vector<int64_t> handles = ints_of<int64_t>(handles_obj);
   const size_t n = handles.size();
   std::vector<int64_t> num_tokens = row_ints(num_tokens_obj, n, "num_tokens", 0, false);
   std::vector<int64_t> num_prompt = row_ints(num_prompt_obj, n, "num_prompt_tokens", 0, false);
-  std::vector<int64_t> caps = row_ints(caps_obj, n, "caps", 0, false);
+  std::vector<int64_t> budgets = row_ints(budgets_obj, n, "budgets", 0, false);
   std::vector<int64_t> accepted = row_ints(accepted_obj, n, "num_accepted", -1, true);
   std::vector<int64_t> emitted = row_ints(emitted_obj, n, "num_emitted", -1, true);
   std::vector<int64_t> finished = finished_obj.is_none() ? std::vector<int64_t>() : ints_of<int64_t>(finished_obj);
@@ -169,7 +169,7 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
     }
   }
   if (max_len >= 0)
-    for (size_t j = 0; j < n; ++j) caps[j] = std::min(caps[j], max_len - num_tokens[j]);
+    for (size_t j = 0; j < n; ++j) budgets[j] = std::min(budgets[j], max_len - num_tokens[j]);
   StepInput in;
   in.num_rows = n;
   in.handles = handles.data();
@@ -181,7 +181,7 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
   in.num_tokens = num_tokens.data();
   in.num_accepted = accepted.data();
   in.num_emitted = emitted.data();
-  in.caps = caps.data();
+  in.budgets = budgets.data();
   in.finished = finished.data();
   in.num_finished = finished.size();
   in.aborted = aborted.data();
@@ -214,17 +214,17 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
 // their batch rows, None: 0..). Checks what must never reach the engine: a draft longer than its
 // cap, or a token id outside 0..vocab_size-1.
 py::list engine_rows(const I32Array& tokens, const I32Array& lengths, int64_t num_rows, py::handle rows_obj,
-                     py::handle caps_obj, int64_t vocab_size) {
+                     py::handle budgets_obj, int64_t vocab_size) {
   const size_t n = (size_t)lengths.size();
   std::vector<int64_t> rows = rows_obj.is_none() ? std::vector<int64_t>() : row_ints(rows_obj, n, "rows", 0, false);
-  std::vector<int64_t> caps = row_ints(caps_obj, n, "caps", 0, false);
+  std::vector<int64_t> budgets = row_ints(budgets_obj, n, "budgets", 0, false);
   const int32_t* t = tokens.data();
   const int32_t* l = lengths.data();
   size_t total = 0;
   for (size_t j = 0; j < n; ++j) {
-    if (l[j] < 0 || l[j] > std::max<int64_t>(0, caps[j]))
+    if (l[j] < 0 || l[j] > std::max<int64_t>(0, budgets[j]))
       throw ValueErr{"drafter returned a draft of " + std::to_string(l[j]) + " tokens for row " + std::to_string(j) +
-                     " (at most " + std::to_string(std::max<int64_t>(0, caps[j])) + " allowed)"};
+                     " (at most " + std::to_string(std::max<int64_t>(0, budgets[j])) + " allowed)"};
     total += (size_t)l[j];
   }
   if (total != (size_t)tokens.size())
@@ -309,8 +309,8 @@ PYBIND11_MODULE(_suffix_native, m) {
       "Tests only: nodes with more children than this keep a cached top list (default 4). Returns the old value.");
 
   m.def("engine_rows", &engine_rows, py::arg("tokens"), py::arg("lengths"), py::arg("num_rows"),
-        py::arg("rows"), py::arg("caps"), py::arg("vocab_size"),
-        "Drafts as one list per batch row (rows not given get []), after checking lengths against caps "
+        py::arg("rows"), py::arg("budgets"), py::arg("vocab_size"),
+        "Drafts as one list per batch row (rows not given get []), after checking lengths against budgets "
         "and token ids against the vocabulary (ValueError otherwise).");
   m.def("rows_to_lists", &rows_to_lists, py::arg("tokens"), py::arg("lengths"),
         "Split concatenated drafts into one list of ints per row (the form vLLM takes).");
@@ -503,7 +503,7 @@ PYBIND11_MODULE(_suffix_native, m) {
            py::arg("handle"), py::arg("budget"), py::arg("tree") = false,
            "Draft up to budget nodes: (token_ids, parents, probs, match_len).")
       .def("step", &run_step, py::arg("handles"), py::arg("token_ids"), py::arg("num_tokens"),
-           py::arg("num_prompt_tokens"), py::arg("caps"), py::arg("rows") = py::none(),
+           py::arg("num_prompt_tokens"), py::arg("budgets"), py::arg("rows") = py::none(),
            py::arg("token_offsets") = py::none(), py::arg("num_accepted") = py::none(),
            py::arg("num_emitted") = py::none(), py::arg("finished") = py::none(), py::arg("aborted") = py::none(),
            py::arg("vocab_size") = 0, py::arg("tree") = false, py::arg("max_len") = -1,

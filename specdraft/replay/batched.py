@@ -28,7 +28,7 @@ def _start(method: Method, key, prompt: list[int], scope: str | None) -> None:
         method.start(key, prompt, scope)
 
 
-def replay_request(method: Method, prompt: list[int], output: list[int], max_k: int,
+def replay_request(method: Method, prompt: list[int], output: list[int], budget: int,
                    limit: int | None = None, scope: str | None = None) -> dict:
     """Replay one request alone; ``limit`` is the live generation limit when the recorded output
     extends past it (record --lookahead), so drafts in the last step can be judged as vLLM did."""
@@ -40,9 +40,9 @@ def replay_request(method: Method, prompt: list[int], output: list[int], max_k: 
     pass_sizes = [1]
     pos = 1
     while pos < limit:
-        toks, parents = method.draft(key, max_k)
-        if len(toks) > max_k:
-            raise RuntimeError(f"{method.name} drafted {len(toks)} > {max_k} tokens")
+        toks, parents = method.draft(key, budget)
+        if len(toks) > budget:
+            raise RuntimeError(f"{method.name} drafted {len(toks)} > {budget} tokens")
         acc = accepted_length(toks, parents, output[pos:]) if toks else 0
         acc = min(acc, len(output) - pos - 1)  # the last recorded token is the target's own
         emitted = output[pos:pos + acc + 1]
@@ -96,7 +96,7 @@ def batch_queue(records: list[dict], batch: int) -> list[tuple[list[int], list[i
     return out
 
 
-def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, cost,
+def replay_batched(method: Method, records: list[dict], budget: int, batch: int, cost,
                    baseline: float | None = None) -> dict:
     """Replay ``records`` with up to ``batch`` requests in flight through one method instance.
 
@@ -124,11 +124,11 @@ def replay_batched(method: Method, records: list[dict], max_k: int, batch: int, 
         contexts = [len(q.prompt) + q.pos for q in inflight]
         shape = (len(inflight), float(sum(contexts)), float(max(contexts)))
         decoding = [q for q in inflight if q.pos > 0]
-        ds = method.draft_batch([q.key for q in decoding], max_k, shape) if decoding else []
+        ds = method.draft_batch([q.key for q in decoding], budget, shape) if decoding else []
         tokens = len(inflight)
         for q, (toks, parents) in zip(decoding, ds):
-            if len(toks) > max_k:
-                raise RuntimeError(f"{method.name} drafted {len(toks)} > {max_k} tokens")
+            if len(toks) > budget:
+                raise RuntimeError(f"{method.name} drafted {len(toks)} > {budget} tokens")
             acc = accepted_length(toks, parents, q.output[q.pos:]) if toks else 0
             acc = min(acc, len(q.output) - q.pos - 1)  # the last recorded token is the target's own
             emitted = q.output[q.pos:q.pos + acc + 1]

@@ -47,7 +47,7 @@ def _cached_prefix(prompt: list[int], seen: list[list[int]], block: int) -> int:
     return best // block * block
 
 
-def replay_engine(method: Method, requests: list[tuple], max_k: int,
+def replay_engine(method: Method, requests: list[tuple], budget: int,
                   schedule: EngineSchedule, pass_cost=None) -> dict:
     """Replay requests sent all at once to a live engine, step by step as vLLM schedules them.
 
@@ -84,7 +84,7 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
         for q in ended:
             method.finish(q.key)
         ended = []
-        budget = schedule.max_num_batched_tokens
+        token_budget = schedule.max_num_batched_tokens
         emitted_now: list[_Scheduled] = []
         for q in running:  # decoding requests: their token and their draft
             if q.computed < len(q.prompt):
@@ -93,7 +93,7 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
             q.draft = ([], [])
             acc = accepted_length(toks, parents, q.truth[q.pos:]) if toks else 0
             acc = min(acc, len(q.truth) - q.pos - 1)  # the last known token is the target's own
-            budget -= 1 + len(toks)
+            token_budget -= 1 + len(toks)
             drafted += len(toks)
             drafts += bool(toks)
             accepted += acc
@@ -102,12 +102,12 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
             method.extend(q.key, emitted, acc if toks else None)
             emitted_now.append(q)
         for q in running:  # partial prefills go on
-            if budget > 0 and q.computed < len(q.prompt):
-                budget -= _prefill(q, budget, method, emitted_now)
+            if token_budget > 0 and q.computed < len(q.prompt):
+                token_budget -= _prefill(q, token_budget, method, emitted_now)
         admit = schedule.max_num_seqs
         if steps == 0 and schedule.first_step is not None:
             admit = min(admit, schedule.first_step)
-        while waiting and budget > 0 and len(running) < admit:
+        while waiting and token_budget > 0 and len(running) < admit:
             prompt, output, *truth = waiting.pop(0)
             cached = (_cached_prefix(prompt, seen, schedule.block_size)
                       if schedule.prefix_caching else 0)
@@ -115,10 +115,10 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
             method.start(q.key, prompt)
             running.append(q)
             seen.append(prompt)
-            budget -= _prefill(q, budget, method, emitted_now)
+            token_budget -= _prefill(q, token_budget, method, emitted_now)
         steps += 1
         if pass_cost is not None:
-            tokens = schedule.max_num_batched_tokens - budget
+            tokens = schedule.max_num_batched_tokens - token_budget
             seconds = pass_cost(steps - 1, len(running), tokens)
             if seconds:
                 est += seconds
@@ -132,9 +132,9 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
             # (rows still in prefill emit nothing and are not in it)
             contexts = [len(q.prompt) + q.pos for q in emitted_now]
             shape = (len(emitted_now), float(sum(contexts)), float(max(contexts)))
-            for q, d in zip(drafting, method.draft_batch([q.key for q in drafting], max_k, shape)):
-                if len(d[0]) > max_k:
-                    raise RuntimeError(f"{method.name} drafted {len(d[0])} > {max_k} tokens")
+            for q, d in zip(drafting, method.draft_batch([q.key for q in drafting], budget, shape)):
+                if len(d[0]) > budget:
+                    raise RuntimeError(f"{method.name} drafted {len(d[0])} > {budget} tokens")
                 q.draft = d
         for q in done:
             running.remove(q)
@@ -151,9 +151,9 @@ def replay_engine(method: Method, requests: list[tuple], max_k: int,
     return out
 
 
-def _prefill(q: _Scheduled, budget: int, method: Method, emitted_now: list) -> int:
-    """One prefill chunk of ``q`` within ``budget``; its first token when the prompt is done."""
-    n = min(budget, len(q.prompt) - q.computed)
+def _prefill(q: _Scheduled, token_budget: int, method: Method, emitted_now: list) -> int:
+    """One prefill chunk of ``q`` within ``token_budget``; its first token when the prompt is done."""
+    n = min(token_budget, len(q.prompt) - q.computed)
     q.computed += n
     if q.computed == len(q.prompt):
         q.pos = 1

@@ -19,14 +19,14 @@ class Method:
         """``scope``: the record's tenant scope (specdraft replays each as its own pool; the
         peer methods have one global cache and ignore it)."""
     def extend(self, key, tokens: list[int], num_accepted: int | None) -> None: ...
-    def draft(self, key, max_k: int) -> tuple[list[int], list[int]]:
+    def draft(self, key, budget: int) -> tuple[list[int], list[int]]:
         """(token_ids, parents) of the draft; a chain has parents i-1."""
         raise NotImplementedError
 
-    def draft_batch(self, keys, max_k: int, batch: tuple | None = None) -> list[tuple[list[int], list[int]]]:
+    def draft_batch(self, keys, budget: int, batch: tuple | None = None) -> list[tuple[list[int], list[int]]]:
         """Drafts of the requests ``keys`` for one pass; ``batch`` = (requests, sum of contexts,
         longest context) of the whole pass (only a method that sizes drafts by cost reads it)."""
-        return [self.draft(k, max_k) for k in keys]
+        return [self.draft(k, budget) for k in keys]
 
     def finish(self, key) -> None: ...
 
@@ -35,7 +35,7 @@ class NoDraftMethod(Method):
     """No speculation: the schedule without drafts (the reference a replay is priced against)."""
     name = "no-drafts"
 
-    def draft(self, key, max_k):
+    def draft(self, key, budget):
         return [], []
 
 
@@ -53,11 +53,11 @@ class SpecdraftMethod(Method):
     def extend(self, key, tokens, num_accepted):
         self.drafter.extend(key, tokens, num_accepted)
 
-    def draft_batch(self, keys, max_k, batch=None):
-        return [(t.token_ids, t.parents) for t in self.drafter.draft_batch(keys, max_k, batch)]
+    def draft_batch(self, keys, budget, batch=None):
+        return [(t.token_ids, t.parents) for t in self.drafter.draft_batch(keys, budget, batch)]
 
-    def draft(self, key, max_k):
-        return self.draft_batch([key], max_k)[0]
+    def draft(self, key, budget):
+        return self.draft_batch([key], budget)[0]
 
     def report_step(self, tokens: int, seconds: float) -> None:
         self.drafter.report_step(tokens, seconds)
@@ -101,14 +101,14 @@ class SpecdraftRecycleMethod(SpecdraftMethod):
         if tokens:
             self._last[key] = tokens[-1]
 
-    def draft_batch(self, keys, max_k, batch=None):
-        out = super().draft_batch(keys, max_k, batch)
+    def draft_batch(self, keys, budget, batch=None):
+        out = super().draft_batch(keys, budget, batch)
         for i, key in enumerate(keys):
-            if out[i][0] or max_k <= 0:
+            if out[i][0] or budget <= 0:
                 continue
             last = self._last[key]
-            t = (self.table.tree(last, self.branching, max_k) if self.branching
-                 else self.table.chain(last, min(self.depth, max_k)))
+            t = (self.table.tree(last, self.branching, budget) if self.branching
+                 else self.table.chain(last, min(self.depth, budget)))
             if t.token_ids:
                 out[i] = (t.token_ids, t.parents)
                 self._recycled.add(key)
@@ -132,12 +132,12 @@ class OracleMethod(Method):
         self.length, self.truths, self.pass_cost = length, truths, pass_cost
         self._req: dict = {}  # key -> [continuation, tokens emitted]
 
-    def draft_batch(self, keys, max_k, batch=None):
+    def draft_batch(self, keys, budget, batch=None):
         if self.length is None and keys:
             rows = len(keys)
-            self._step_length = max(range(max_k + 1), key=lambda n: rows * (n + 1) / (
+            self._step_length = max(range(budget + 1), key=lambda n: rows * (n + 1) / (
                 self.pass_cost(rows, rows * (n + 1)) or float("inf")))
-        return [self.draft(k, max_k) for k in keys]
+        return [self.draft(k, budget) for k in keys]
 
     def start(self, key, prompt, scope=None):
         self._req[key] = [self.truths[tuple(prompt)], 0]
@@ -145,10 +145,10 @@ class OracleMethod(Method):
     def extend(self, key, tokens, num_accepted):
         self._req[key][1] += len(tokens)
 
-    def draft(self, key, max_k):
+    def draft(self, key, budget):
         truth, pos = self._req[key]
         length = self.length if self.length is not None else self._step_length
-        toks = truth[pos:pos + min(length, max_k)]
+        toks = truth[pos:pos + min(length, budget)]
         return toks, list(range(-1, len(toks) - 1))
 
     def finish(self, key):
@@ -192,9 +192,9 @@ class VllmNgramMethod(Method):
     def extend(self, key, tokens, num_accepted):
         self._append(key, tokens)
 
-    def draft(self, key, max_k):
+    def draft(self, key, budget):
         buf, n = self._bufs[key]
-        d = self._fn(buf[:n], self.min_n, self.max_n, self.max_model_len, max_k)
+        d = self._fn(buf[:n], self.min_n, self.max_n, self.max_model_len, budget)
         toks = [int(t) for t in d]
         return toks, list(range(-1, len(toks) - 1))
 
@@ -234,9 +234,9 @@ class ArcticSuffixMethod(Method):
         self.cache.add_active_response(rid, list(tokens))
         self._tokens[key].extend(tokens)
 
-    def draft(self, key, max_k):
+    def draft(self, key, budget):
         pattern = self._np.asarray(self._tokens[key][-self.depth:], dtype=self._np.int32)
-        d = self.cache.speculate(str(key), pattern, max_spec_tokens=max_k, **self._speculate_args)
+        d = self.cache.speculate(str(key), pattern, max_spec_tokens=budget, **self._speculate_args)
         return list(d.token_ids), list(d.parents)
 
     def finish(self, key):
@@ -262,12 +262,12 @@ class HFPromptLookupMethod(Method):
     def extend(self, key, tokens, num_accepted):
         self._tokens[key].extend(tokens)
 
-    def draft(self, key, max_k):
-        if max_k <= 0:
+    def draft(self, key, budget):
+        if budget <= 0:
             return [], []
         tokens = self._tokens[key]
-        gen = self._cls(num_output_tokens=max_k, max_matching_ngram_size=self.ngram,
-                        max_length=len(tokens) + max_k + 1)
+        gen = self._cls(num_output_tokens=budget, max_matching_ngram_size=self.ngram,
+                        max_length=len(tokens) + budget + 1)
         ids = self._torch.tensor([tokens], dtype=self._torch.long)
         cand, _ = gen.get_candidates(ids)
         toks = cand[0, len(tokens):].tolist()

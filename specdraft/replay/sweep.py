@@ -10,7 +10,7 @@ from specdraft.replay.batched import baseline_cost, replay_batched
 from specdraft.replay.methods import METHODS
 
 
-def _replay_method(factory, records: list[dict], max_k: int, workloads, cost_model, batches,
+def _replay_method(factory, records: list[dict], budget: int, workloads, cost_model, batches,
                    progress, specdraft_options: dict | None = None,
                    baselines: dict | None = None, advance=None) -> tuple[dict, float]:
     """Per workload: counts at batch 1, and each batch's est. speedup and draft length; each
@@ -29,7 +29,7 @@ def _replay_method(factory, records: list[dict], max_k: int, workloads, cost_mod
             t0 = time.perf_counter()
             method = (factory(cost_model, specdraft_options) if getattr(factory, "specdraft", False)
                       else factory(cost_model))
-            r = replay_batched(method, recs, max_k, b, cm, baselines[w, b])
+            r = replay_batched(method, recs, budget, b, cm, baselines[w, b])
             if b == batches[0]:
                 seconds += time.perf_counter() - t0
             if agg is None:
@@ -62,7 +62,7 @@ def default_cost_model(records: list[dict]) -> str:
     return preset_for_parameters(max(sizes)) if sizes else "medium"
 
 
-def replay(records: list[dict], methods: list[str], max_k: int = 16, cost_model=None,
+def replay(records: list[dict], methods: list[str], budget: int = 16, cost_model=None,
            batches=(1, 16, 64), progress=None, specdraft_options: dict | None = None,
            advance=None) -> dict:
     """Replay every method over the records, per workload, at each batch size.
@@ -82,7 +82,7 @@ def replay(records: list[dict], methods: list[str], max_k: int = 16, cost_model=
     for mname in methods:
         if mname not in METHODS:
             raise ValueError(f"unknown method {mname!r}; accepted: {', '.join(METHODS)}")
-        per_w, secs = _replay_method(METHODS[mname], records, max_k, workloads, cost_model,
+        per_w, secs = _replay_method(METHODS[mname], records, budget, workloads, cost_model,
                                      batches, progress, specdraft_options, baselines, advance)
         total_out = sum(a["output_tokens"] for a in per_w.values())
         speed[mname] = {"seconds": secs, "replayed_tokens_per_s": total_out / secs if secs else 0.0}
@@ -97,6 +97,6 @@ def replay(records: list[dict], methods: list[str], max_k: int = 16, cost_model=
             progress(f"[replay] {mname}: done, {secs:.1f}s at batch {batches[0]} "
                      f"({speed[mname]['replayed_tokens_per_s']:,.0f} tokens/s)")
     return {"results": results, "speed": speed, "settings": {
-        "max_draft": max_k, "methods": methods, "cost_model": cost_model, "batches": batches,
+        "max_draft": budget, "methods": methods, "cost_model": cost_model, "batches": batches,
         "requests": len(records), "models": sorted({str(r.get("model")) for r in records}),
         "specdraft_options": specdraft_options or {}}}

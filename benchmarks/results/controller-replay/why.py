@@ -38,9 +38,9 @@ class Twin(Method):
         self.pos[key] = 0
     def extend(self, key, toks, acc):
         self.a.extend(key, toks, acc); self.b.extend(key, toks, None); self.pos[key] += len(toks)
-    def draft_batch(self, keys, max_k, batch=None):
-        da = self.a.draft_batch(keys, max_k, batch)
-        db = self.b.draft_batch(keys, max_k, batch)
+    def draft_batch(self, keys, budget, batch=None):
+        da = self.a.draft_batch(keys, budget, batch)
+        db = self.b.draft_batch(keys, budget, batch)
         for k, x, y in zip(keys, da, db):
             t = self.truth[k][self.pos[k]:]
             self.log.append((k, len(keys), len(x[0]), accepted_length(x[0], x[1], t) if x[0] else 0,

@@ -52,7 +52,7 @@ def run_bench_shape(path: str, workloads=("agentic", "code_edit", "chat")) -> di
     res: dict = {}
     for w in workloads:
         part = [dict(r, max_tokens=128, session=None) for r in recs if r["workload"] == w][:8]
-        common = dict(cost_model="medium", batches=(8,), max_k=8)
+        common = dict(cost_model="medium", batches=(8,), budget=8)
         arctic = replay(part, ["arctic-suffix"], **common)["results"][w]["arctic-suffix"]
         on = replay(part, ["specdraft-suffix"], **common)["results"][w]["specdraft-suffix"]
         off = replay(part, ["specdraft-suffix"], specdraft_options=OFF, **common)["results"][w]["specdraft-suffix"]
