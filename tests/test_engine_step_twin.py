@@ -221,3 +221,24 @@ def test_a_bad_token_in_vllms_buffer_costs_one_step_of_drafts_not_the_engine():
     assert call([[4]], 8)[0][:3] == [5, 3, 4]
     assert prop.figures["errors"] == 1
     assert prop.tracked
+
+
+def test_a_planted_change_to_the_accepted_count_rule_fails_the_twin(monkeypatch):
+    """The accepted-count rule (emitted tokens minus one, capped by what was drafted) is written
+    once in Python (``proposers.base.accepted_count``) and once in the native engine step; a
+    planted change to the Python one (forgetting that the last emitted token is the target's
+    own) makes the twin comparison above fail."""
+    from specdraft.adapters.vllm_v0_32 import runner
+    from specdraft.proposers.base import accepted_count
+
+    assert accepted_count(3, 5) == 2 and accepted_count(1, 0) == -1
+
+    def planted(num_emitted: int, num_drafted: int) -> int:
+        return -1 if num_drafted <= 0 else min(num_emitted, num_drafted)
+
+    options = {"strategy": "suffix", "adaptive": False, "global_cache_tokens": 100000,
+               "native": True, "cost_model": "gpu", "max_depth": 12}
+    _run(1, options, 4, max_model_len=96, steps=70, monkeypatch=monkeypatch)  # as it is: passes
+    monkeypatch.setattr(runner, "accepted_count", planted)
+    with pytest.raises(AssertionError, match="accepted_tokens"):
+        _run(1, options, 4, max_model_len=96, steps=70, monkeypatch=monkeypatch)
