@@ -442,8 +442,8 @@ class SpecDrafter:
         - ``num_prompt_tokens``: prompt length (what a new request starts with).
         - ``budgets``: the most draft tokens the row may get this step (engine budget, per-request
           opt-out; one int for every row); 0 or less: the row is synced but gets no draft.
-        - ``max_len``: if given, no draft takes a row's history past ``max_len`` tokens (the cap
-          becomes ``min(budgets[j], max_len - num_tokens[j])``).
+        - ``max_len``: if given, no draft takes a row's history past ``max_len`` tokens (the
+          budget becomes ``min(budgets[j], max_len - num_tokens[j])``).
         - ``num_accepted``: draft tokens of the row's previous draft that the target accepted
           (-1 or None: unknown); applied only when ``num_emitted`` (tokens the engine emitted
           for the row this step; -1 or None: unchecked) equals the tokens new to the drafter.
@@ -519,7 +519,7 @@ class SpecDrafter:
         num_tokens = _row_array(num_tokens, R, "num_tokens")
         num_prompt = _row_array(num_prompt_tokens, R, "num_prompt_tokens")
         budgets = (np.full(R, int(budgets), dtype=np.int64) if isinstance(budgets, (int, np.integer))
-                else _row_array(budgets, R, "budgets"))
+                   else _row_array(budgets, R, "budgets"))
         num_accepted = _row_array(num_accepted, R, "num_accepted", -1)
         num_emitted = _row_array(num_emitted, R, "num_emitted", -1)
         if token_offsets is not None:

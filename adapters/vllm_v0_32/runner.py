@@ -236,7 +236,7 @@ class StepRows:
     req_ids: list           # their request ids
     num_tokens: Any
     num_prompt_tokens: Any
-    budgets: Any               # an int for every row, or one per row (0: the request opted out)
+    budgets: Any            # an int for every row, or one per row (0: the request opted out)
     num_accepted: Any
     num_emitted: Any
     # A sequence may not grow past max_model_len, and the step emits one token past the draft:

@@ -5,10 +5,10 @@
 // batch as the engine keeps it (the request id of each row, the tokens each row emitted this
 // step, the engine's token buffer and lengths, the drafts verified this step by request id, the
 // requests that left since the last step), keeps the request id -> handle map, turns the rows
-// into the Stepper's flat input (accepted counts, per-row budgets: the step's budget, per-request opt-out, a
-// request that this step's tokens ended, the length limit), runs the step with the GIL
+// into the Stepper's flat input (accepted counts, per-row budgets from the step's budget,
+// per-request opt-out, a request that this step's tokens ended, the length limit), runs the step with the GIL
 // released, finishes the requests that ended, counts what happened, and returns one list of
-// draft token ids per row (checked: no draft longer than its cap, no id outside the
+// draft token ids per row (checked: no draft longer than its budget, no id outside the
 // vocabulary). Which engine arrays are handed over, and what a request's stop rule is, is the
 // adapter's business: this file holds no engine fact.
 //

@@ -212,7 +212,7 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
 
 // vLLM's list[list[int]] for `num_rows` batch rows from the drafts of the rows given (`rows`:
 // their batch rows, None: 0..). Checks what must never reach the engine: a draft longer than its
-// cap, or a token id outside 0..vocab_size-1.
+// budget, or a token id outside 0..vocab_size-1.
 py::list engine_rows(const I32Array& tokens, const I32Array& lengths, int64_t num_rows, py::handle rows_obj,
                      py::handle budgets_obj, int64_t vocab_size) {
   const size_t n = (size_t)lengths.size();

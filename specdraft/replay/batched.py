@@ -28,6 +28,12 @@ def _start(method: Method, key, prompt: list[int], scope: str | None) -> None:
         method.start(key, prompt, scope)
 
 
+def check_budget(method: Method, toks: list[int], budget: int) -> None:
+    """A replay refuses a method that drafts past the budget (vLLM would crash on it)."""
+    if len(toks) > budget:
+        raise RuntimeError(f"{method.name} drafted {len(toks)} > {budget} tokens")
+
+
 def replay_request(method: Method, prompt: list[int], output: list[int], budget: int,
                    limit: int | None = None, scope: str | None = None) -> dict:
     """Replay one request alone; ``limit`` is the live generation limit when the recorded output
@@ -41,8 +47,7 @@ def replay_request(method: Method, prompt: list[int], output: list[int], budget:
     pos = 1
     while pos < limit:
         toks, parents = method.draft(key, budget)
-        if len(toks) > budget:
-            raise RuntimeError(f"{method.name} drafted {len(toks)} > {budget} tokens")
+        check_budget(method, toks, budget)
         acc = accepted_length(toks, parents, output[pos:]) if toks else 0
         acc = min(acc, len(output) - pos - 1)  # the last recorded token is the target's own
         emitted = output[pos:pos + acc + 1]
@@ -127,8 +132,7 @@ def replay_batched(method: Method, records: list[dict], budget: int, batch: int,
         ds = method.draft_batch([q.key for q in decoding], budget, shape) if decoding else []
         tokens = len(inflight)
         for q, (toks, parents) in zip(decoding, ds):
-            if len(toks) > budget:
-                raise RuntimeError(f"{method.name} drafted {len(toks)} > {budget} tokens")
+            check_budget(method, toks, budget)
             acc = accepted_length(toks, parents, q.output[q.pos:]) if toks else 0
             acc = min(acc, len(q.output) - q.pos - 1)  # the last recorded token is the target's own
             emitted = q.output[q.pos:q.pos + acc + 1]

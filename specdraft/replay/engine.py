@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdraft.replay.batched import accepted_length
+from specdraft.replay.batched import accepted_length, check_budget
 from specdraft.replay.methods import Method
 
 
@@ -133,8 +133,7 @@ def replay_engine(method: Method, requests: list[tuple], budget: int,
             contexts = [len(q.prompt) + q.pos for q in emitted_now]
             shape = (len(emitted_now), float(sum(contexts)), float(max(contexts)))
             for q, d in zip(drafting, method.draft_batch([q.key for q in drafting], budget, shape)):
-                if len(d[0]) > budget:
-                    raise RuntimeError(f"{method.name} drafted {len(d[0])} > {budget} tokens")
+                check_budget(method, d[0], budget)
                 q.draft = d
         for q in done:
             running.remove(q)
