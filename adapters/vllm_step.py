@@ -123,6 +123,23 @@ class VllmStep:
         """[rows, tokens scored, passes, mean seconds] per shape measured so far."""
         return [[r, t, n, s / n] for (r, t), (n, s) in sorted(self.pass_costs.items())]
 
+    def apply_end_events(self) -> None:
+        """Requests that ended since the last ``propose`` leave the drafter now (finished ones
+        into the global cache). vLLM does not call ``propose`` in every step (not when the
+        longest sequence plus K would pass max_model_len, nor once the batch is empty), so the
+        events of the last steps would otherwise wait for a step that may not come; called
+        between steps, from the thread that steps."""
+        finished, aborted = self.finished, self.aborted
+        if not (finished or aborted):
+            return
+        self.finished, self.aborted = [], []
+        drafter = self.drafter
+        for req_id in finished:
+            if drafter.has(req_id):
+                drafter.finish(req_id)
+        for req_id in aborted:
+            drafter.abort(req_id)
+
     def forget_events(self) -> None:
         """After a failure: the drafter's state is rebuilt from the engine's history."""
         self.finished.clear()

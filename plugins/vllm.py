@@ -231,7 +231,12 @@ class SpecdraftProposer:
 
     def worker_metrics(self) -> dict:
         """The drafter's ``metrics()``, the time spent in ``propose`` and its calls, and the
-        verification passes measured (what the adapter's worker method returns)."""
+        verification passes measured (what the adapter's worker method returns). Read between
+        steps, so the ends vLLM reported since the last ``propose`` are applied first."""
+        try:
+            self.steps.apply_end_events()
+        except Exception as error:  # noqa: BLE001 - never fail a metrics read; the next step rebuilds
+            self._failed(error)
         out = dict(self.drafter.metrics())
         out["proposer_seconds"] = float(self.figures["proposer_seconds"])
         out["proposer_steps"] = int(self.figures["steps"])

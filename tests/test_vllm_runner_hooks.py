@@ -110,6 +110,27 @@ def test_the_wrappers_drive_a_specdraft_proposer(hooked, native):
     assert len(prop.steps.pass_log) == 4
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native-step", "python-step"])
+def test_ends_reported_in_steps_without_propose_are_applied_when_metrics_are_read(hooked, native):
+    """vLLM skips ``propose`` in some steps (near max_model_len, an empty batch): the finish it
+    reported there reaches the drafter (and its global cache) when the worker's metrics are read."""
+    from specdraft.adapters.vllm_v0_32 import worker as worker_module
+    from specdraft.plugins.vllm import SuffixProposer
+
+    prop = SuffixProposer(_config())
+    prop.steps.use_native = native
+    runner = hooked(prop)
+    _step(runner, [5, 6, 7, 8], [[8]], _out())
+    _step(runner, [5, 6, 7, 8, 8], [[9]], _out())
+    assert prop.drafter.has("a")
+    runner.requests["a"].sampling_params.max_tokens = 2  # it ended at its length
+    assert runner.execute_model(_out(finished={"a", "zz"})) == "executed"  # no propose follows
+    wrapper = SimpleNamespace(worker=SimpleNamespace(model_runner=SimpleNamespace(drafter=prop)))
+    m = worker_module._worker_drafter_metrics(wrapper)
+    assert m["live_requests"] == 0 and m["finished"] == 1 and m["global_cache_tokens"] == 2  # its output
+    assert prop.figures["errors"] == 0 and not prop.drafter.has("a")
+
+
 def test_a_failing_step_begin_is_counted_and_the_engine_steps_on(hooked, monkeypatch):
     from specdraft.plugins.vllm import SuffixProposer
 
