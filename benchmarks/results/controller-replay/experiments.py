@@ -1,0 +1,76 @@
+"""Controller changes tried by decode_sweep.py (PATCH=...), applied to the Python controller."""
+import specdraft.proposers.controller as C
+
+NB, NM = C._NUM_BINS, C._NUM_MATCH
+
+
+class _JointCalibration:
+    """A scope's calibration per (probability bin, match bucket)."""
+    __slots__ = ("acc", "n", "cal", "timing")
+
+    def __init__(self):
+        self.acc = [0.0] * (NB * NM)
+        self.n = [0.0] * (NB * NM)
+        self.cal = [((i // NM) + 0.5) / NB for i in range(NB * NM)]
+        self.timing = {}
+
+
+def joint_calibration():
+    def update_bin(self, c, b, accepted):
+        c.n[b] += 1.0
+        c.acc[b] += 1.0 if accepted else 0.0
+        prior = self.calibration_prior
+        c.cal[b] = (c.acc[b] + prior * ((b // NM) + 0.5) / NB) / (c.n[b] + prior)
+
+    def observe(self, key, num_accepted):
+        ev = self._requests.get(key)
+        if ev is None or ev.sent_probs is None:
+            return
+        probs, ev.sent_probs = ev.sent_probs, None
+        a = max(0, min(num_accepted, len(probs)))
+        expected, d = 0.0, self.request_decay
+        c = ev.cal if ev.cal is not None else self._resolve(key)
+        for i, p in enumerate(probs[: a + 1]):
+            m = C.match_bucket(ev.sent_match + i)
+            b = self._bin(p) * NM + m
+            self._update_bin(c, b, i < a)
+            expected += c.cal[b]
+            if self.match_prior > 0:
+                ev.m_acc[m] = d * ev.m_acc[m] + (i < a)
+                ev.m_exp[m] = d * ev.m_exp[m] + c.cal[b]
+        ev.accepted = d * ev.accepted + a
+        ev.expected = d * ev.expected + expected
+
+    def path_gains(self, key, calibration, parents, probs, match_len):
+        f = self.request_factor(key)
+        fm = None
+        ev = self._requests.get(key)
+        if self.match_prior > 0 and ev is not None:
+            mp = self.match_prior
+            fm = [(ev.m_acc[m] + mp * f) / (ev.m_exp[m] + mp) for m in range(NM)]
+        out, depth, run = [], [], 1.0
+        for i, p in enumerate(probs):
+            par = parents[i]
+            dep = depth[par] + 1 if par >= 0 else 0
+            depth.append(dep)
+            m = C.match_bucket(match_len + dep)
+            q = min(C._MAX_PROB, calibration.cal[min(int(p * NB), NB - 1) * NM + m] * (f if fm is None else fm[m]))
+            g = q * out[par] if par >= 0 else q
+            run = min(run, g)
+            out.append(run)
+        return out
+
+    C._Calibration = _JointCalibration
+    C.DraftLengthController._update_bin = update_bin
+    C.DraftLengthController.observe = observe
+    C.DraftLengthController._path_gains = path_gains
+
+
+def first_gain_gate(threshold):
+    inner = C.DraftLengthController._path_gains
+
+    def gated(self, key, calibration, parents, probs, match_len):
+        out = inner(self, key, calibration, parents, probs, match_len)
+        return [0.0] * len(out) if out and out[0] < threshold else out
+
+    C.DraftLengthController._path_gains = gated
