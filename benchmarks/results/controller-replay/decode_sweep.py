@@ -5,8 +5,9 @@ the passes without a prefill chunk (what 1/TPOT measures) are compared, arctic's
 (the whole run's in brackets). Each variant is a JSON dict of drafter options ("cost_model"
 defaults to the curve the vLLM adapter picks for the dtype); then their geometric mean and worst
 setting. PATCH=joint calibrates per (probability bin, match bucket) instead of per bin;
-PATCH=gate:T sends nothing when a draft's first calibrated gain is below T (both on the Python
-controller: pass "native": false).
+PATCH=gate:T sends nothing when a draft's first calibrated gain is below T; PATCH=streak:Q takes
+each node's acceptance as at least Q after a draft accepted whole (all on the Python controller:
+pass "native": false).
 
     NREQ=40 python decode_sweep.py TRACE '{}' '{"max_waste": 16}'
 """
@@ -28,6 +29,8 @@ if patch:
         experiments.joint_calibration()
     elif patch.startswith("gate:"):
         experiments.first_gain_gate(float(patch.split(":")[1]))
+    elif patch.startswith("streak:"):
+        experiments.streak_boost(float(patch.split(":")[1]))
 trace = load_trace(sys.argv[1])
 variants = [json.loads(v) for v in sys.argv[2:]] or [{}]
 nreq = int(os.environ.get("NREQ", "40"))

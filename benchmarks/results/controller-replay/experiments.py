@@ -74,3 +74,36 @@ def first_gain_gate(threshold):
         return [0.0] * len(out) if out and out[0] < threshold else out
 
     C.DraftLengthController._path_gains = gated
+
+
+def streak_boost(floor):
+    """After a draft accepted whole, the request's next draft is taken as a copy that goes on:
+    each node's calibrated acceptance is at least ``floor`` (until a draft is cut short)."""
+    inner_observe = C.DraftLengthController.observe
+    inner_gains = C.DraftLengthController._path_gains
+    full = {}
+
+    def observe(self, key, num_accepted):
+        ev = self._requests.get(key)
+        if ev is not None and ev.sent_probs is not None:
+            full[id(ev)] = num_accepted >= len(ev.sent_probs)
+        inner_observe(self, key, num_accepted)
+
+    def path_gains(self, key, calibration, parents, probs, match_len):
+        ev = self._requests.get(key)
+        if ev is None or not full.get(id(ev)):
+            return inner_gains(self, key, calibration, parents, probs, match_len)
+        out, depth = [], []
+        base = inner_gains(self, key, calibration, parents, [max(p, 0.0) for p in probs], match_len)
+        run = 1.0
+        for i, par in enumerate(parents):
+            # the node's own acceptance from the inner gains (ratio to its parent's), floored
+            own = base[i] / base[par] if par >= 0 and base[par] > 0 else base[i]
+            q = min(C._MAX_PROB, max(own, floor))
+            g = q * out[par] if par >= 0 else q
+            run = min(run, g)
+            out.append(run)
+        return out
+
+    C.DraftLengthController.observe = observe
+    C.DraftLengthController._path_gains = path_gains
