@@ -30,7 +30,7 @@ class RunnerHooks:
     verified: Callable[[Any, list], None]
     # a hook raised: counted and logged; the engine goes on
     failed: Callable[[Exception], None]
-    # the worker's figures (the adapter's METRICS_METHOD)
+    # the worker's counters (the adapter's METRICS_METHOD)
     metrics: Callable[[], dict]
     # forget every request and the global cache, between benchmark rounds (RESET_METHOD)
     reset: Callable[[], dict]

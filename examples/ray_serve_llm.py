@@ -43,18 +43,18 @@ def chat(base: str, prompt: str, max_tokens: int) -> dict:
         return json.load(r)
 
 
-def replica_figures(handle, replicas: int, tries: int = 40) -> dict[int, dict[str, float]]:
-    """{replica pid: specdraft figures}, asking until every replica has answered."""
+def replica_counters(handle, replicas: int, tries: int = 40) -> dict[int, dict[str, float]]:
+    """{replica pid: specdraft counters}, asking until every replica has answered."""
     seen: dict[int, dict[str, float]] = {}
     for _ in range(tries):
         pid, text = handle.specdraft_replica_metrics.remote().result()
-        figures: dict[str, float] = {}
+        counters: dict[str, float] = {}
         for line in text.splitlines():
             name, value = line.rsplit(" ", 1)
             key = name.split("{")[0].removeprefix("specdraft:")
             if "length" not in key:
-                figures[key] = figures.get(key, 0.0) + float(value)
-        seen[pid] = figures
+                counters[key] = counters.get(key, 0.0) + float(value)
+        seen[pid] = counters
         if len(seen) >= replicas:
             break
     return seen
@@ -108,14 +108,14 @@ def main() -> None:
                                          app_name="specdraft")
     outputs = {}
     for rnd in (1, 2):
-        before = replica_figures(handle, args.replicas)
+        before = replica_counters(handle, args.replicas)
         t0 = time.perf_counter()
         for prompt in PROMPTS:
             text = chat(base, prompt, args.max_tokens)["choices"][0]["message"]["content"]
             assert outputs.setdefault(prompt, text) == text, "greedy outputs differ between rounds"
         if args.shared_cache:
             time.sleep(1.0)  # eventual: pulls happen every pull_interval_s
-        after = replica_figures(handle, args.replicas)
+        after = replica_counters(handle, args.replicas)
         print(f"round {rnd}: {len(PROMPTS)} requests in {time.perf_counter() - t0:.1f}s")
         print(f"  {'replica':>8} {'drafted':>8} {'accepted':>9} {'pulled':>7} {'published':>10}")
         for pid, fig in sorted(after.items()):

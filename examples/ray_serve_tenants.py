@@ -13,7 +13,7 @@ integration_tests/test_vllm_tenants.py); every output is checked token for token
 deployment without speculation; the exit status is 1 if a check fails.
 
 About 7 GiB and 7 minutes on a 2-core machine (two deployments start: plain, then the pair);
-the helpers (cluster, deployments, figures) are those of ray_serve_two_replicas.py.
+the helpers (cluster, deployments, counters) are those of ray_serve_two_replicas.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from ray_serve_two_replicas import (_remove_store, _store, _store_tokens, config,  # noqa: E402
-                                    deploy, figures, free_port, post_json, session)
+                                    deploy, counters, free_port, post_json, session)
 
 SPECDRAFT = {"adaptive": False}
 
@@ -43,10 +43,10 @@ def ask(base: str, model: str, task: str, max_tokens: int, salt: str | None) -> 
 
 def run(base: str, model: str, handle, tasks: list[str], max_tokens: int, salt: str | None):
     """(accepted draft tokens on that replica, outputs) of the tasks sent one at a time."""
-    before = figures(handle).get("accepted_tokens_total", 0)
+    before = counters(handle).get("accepted_tokens_total", 0)
     outs = [ask(base, model, t, max_tokens, salt) for t in tasks]
-    time.sleep(0.5)  # the replica publishes its figures every 0.25 s
-    after = figures(handle)
+    time.sleep(0.5)  # the replica publishes its counters every 0.25 s
+    after = counters(handle)
     return int(after.get("accepted_tokens_total", 0) - before), outs
 
 
@@ -78,7 +78,7 @@ def compare(base: str, model_path: str, turns: int, max_tokens: int) -> dict:
         for label, salt in (("b_on_replica_b", "tenant-b"), ("unsalted_on_replica_b", None),
                             ("a_repeat_on_replica_b", "tenant-a")):
             runs[label] = run(base, "replica-b", b, tasks, max_tokens, salt)
-        fb = figures(b)
+        fb = counters(b)
     finally:
         serve.delete("pair")
         _remove_store(name)
@@ -96,7 +96,7 @@ def main() -> int:
     p.add_argument("--model", help="model folder (default: specdraft's SmolLM2-135M, float32)")
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--json", help="write the figures here")
+    p.add_argument("--json", help="write the counters here")
     args = p.parse_args()
 
     import ray

@@ -9,7 +9,7 @@ vLLM CPU replicas, A and B, routed deterministically by model id ("replica-a", "
 earlier turns go to A; the repeat's last turn goes to B. Without the shared cache B drafts only
 from its own requests (the turn's prompt); with it, B also drafts from what A served, pulled from
 the cache. The table gives B's drafted and accepted tokens on that turn (B's ``specdraft:*``
-figures, which count what vLLM verified) in both runs; every output is checked token for token
+counters, which count what vLLM verified) in both runs; every output is checked token for token
 against a deployment without speculation (greedy, float32); the exit status is 1 if one differs.
 
 Sessions: ``edit`` is one conversation over a small file (each request carries the history, so
@@ -93,8 +93,8 @@ def chat(base: str, model: str, messages: list[dict], max_tokens: int) -> tuple[
     return choice["message"]["content"], choice["token_ids"]
 
 
-def figures(handle) -> dict[str, float]:
-    """A replica's ``specdraft:*`` figures (counters summed over labels)."""
+def counters(handle) -> dict[str, float]:
+    """A replica's ``specdraft:*`` counters (counters summed over labels)."""
     out: dict[str, float] = {}
     for line in handle.specdraft_metrics.remote().result().splitlines():
         if line.startswith("specdraft:"):
@@ -169,7 +169,7 @@ def reference(base: str, model_path: str, asks: list[str], max_tokens: int, hist
 
 def two_replicas(base: str, model_path: str, asks: list[str], max_tokens: int, history: bool,
                  shared: bool, expected: list[list[int]]) -> dict:
-    """The repeated session on replicas A and B, the shared cache on or off: B's figures on the
+    """The repeated session on replicas A and B, the shared cache on or off: B's counters on the
     repeat's last turn, and whether every output equals ``expected``."""
     from ray import serve
 
@@ -196,13 +196,13 @@ def two_replicas(base: str, model_path: str, asks: list[str], max_tokens: int, h
                     raise RuntimeError("replica A's requests never reached the shared cache")
                 time.sleep(0.2)
             time.sleep(1.0)
-        b_before = figures(b)
+        b_before = counters(b)
         t1 = time.perf_counter()
         repeat = run_session(base, ["replica-a"] * (n - 1) + ["replica-b"], asks, max_tokens,
                              history=history)
         seconds = time.perf_counter() - t1
-        b_after, a_fig = figures(b), figures(a)
-        # what the store holds (A's figures lag: they refresh on A's engine steps)
+        b_after, a_fig = counters(b), counters(a)
+        # what the store holds (A's counters lag: they refresh on A's engine steps)
         held = _store_tokens(_store(name)) if shared else 0
         d = {k: b_after.get(k, 0) - b_before.get(k, 0) for k in b_after}
         return {
@@ -290,7 +290,7 @@ def main() -> int:
                    "the task (the earlier answers are in no prompt)")
     p.add_argument("--turns", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--json", help="write the figures here")
+    p.add_argument("--json", help="write the counters here")
     args = p.parse_args()
 
     import ray

@@ -49,13 +49,13 @@ def main() -> None:
     for out in llm.generate(prompts, params):
         print(repr(out.outputs[0].text))
     print(f"{time.perf_counter() - start:.2f} s")
-    figures = engine_metrics(llm, wait_for=lambda s: s.get("steps", 0) > 0)
-    if figures:
-        steps = max(figures["steps"], 1)
-        print(f"specdraft: {figures['proposed_drafts']} drafts for {figures['rows']} draft "
-              f"requests, {figures['accepted_tokens']} of {figures['draft_tokens']} verified "
+    counters = engine_metrics(llm, wait_for=lambda s: s.get("steps", 0) > 0)
+    if counters:
+        steps = max(counters["steps"], 1)
+        print(f"specdraft: {counters['proposed_drafts']} drafts for {counters['rows']} draft "
+              f"requests, {counters['accepted_tokens']} of {counters['draft_tokens']} verified "
               f"draft tokens accepted, "
-              f"{1e6 * figures['proposer_seconds'] / steps:.0f} us per step")
+              f"{1e6 * counters['proposer_seconds'] / steps:.0f} us per step")
 
 
 if __name__ == "__main__":  # vLLM spawns engine processes: the guard is required

@@ -68,7 +68,7 @@ def _check_greedy_identity(model, tokenizer, strategy: str, prompts=PROMPTS, n=M
         deepest = max(deepest, got.stats.accepted_tokens)
     # Drafts were accepted several tokens deep: far fewer target passes than tokens.
     assert passes < 0.75 * tokens, (strategy, passes, tokens)
-    st = gen.drafter.stats  # one request per generate, finished into the global cache
+    st = gen.drafter.counters  # one request per generate, finished into the global cache
     assert (st.requests, st.finished, st.aborted) == (len(prompts), len(prompts), 0)
     assert gen.drafter.req_ids() == [] and st.errors == 0
     return gen
@@ -79,7 +79,7 @@ def test_greedy_identical_to_generate_smollm2(smollm2, strategy):
     model, tokenizer = smollm2
     gen = _check_greedy_identity(model, tokenizer, strategy)
     if strategy == "tree":
-        st = gen.drafter.stats
+        st = gen.drafter.counters
         assert st.drafts and st.drafted_tokens > st.drafts  # more than one node per tree
 
 

@@ -2,7 +2,7 @@
 
 A local Ray cluster started here; HTTP on 127.0.0.1. The same application without speculation
 gives the reference outputs; then the specdraft deployment, with the shared cache on, must answer
-with the same tokens, export ``specdraft:*`` figures (through a deployment handle, and through
+with the same tokens, export ``specdraft:*`` counters (through a deployment handle, and through
 Ray's own Prometheus endpoint as ``ray_specdraft_*``, agreeing with vLLM's ``ray_vllm_*``), and
 keep answering (same tokens) when the shared cache's actor is killed mid-run.
 """
@@ -106,7 +106,7 @@ def _llm_handle(app: str):
     return serve.get_deployment_handle(name, app_name=app)
 
 
-def _figures(text: str) -> dict[str, float]:
+def _counters(text: str) -> dict[str, float]:
     out = {}
     for line in text.splitlines():
         if line.startswith("specdraft:"):
@@ -129,7 +129,7 @@ def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cl
     handle = _llm_handle("specdraft")
     first = [_chat(base, p) for p in PROMPTS[:2]]
     deadline = time.monotonic() + 60
-    while _figures(handle.specdraft_metrics.remote().result()).get(
+    while _counters(handle.specdraft_metrics.remote().result()).get(
             "specdraft:shared_cache_published_tokens_total", 0) == 0:
         assert time.monotonic() < deadline, "the replica never published to the shared cache"
         time.sleep(0.5)
@@ -138,42 +138,42 @@ def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cl
     rest = [_chat(base, p) for p in PROMPTS[2:]]
     assert first + rest == reference
 
-    # The replica's figures are refreshed by its engine steps, and Ray may take a while to
+    # The replica's counters are refreshed by its engine steps, and Ray may take a while to
     # restart the store on a busy machine: keep traffic going (outputs still unchanged) until
     # the restart shows.
     deadline = time.monotonic() + 180
     while True:
-        figures = _figures(handle.specdraft_metrics.remote().result())
-        if figures.get("specdraft:shared_cache_restarts_seen_total", 0) >= 1:
+        counters = _counters(handle.specdraft_metrics.remote().result())
+        if counters.get("specdraft:shared_cache_restarts_seen_total", 0) >= 1:
             break
-        assert time.monotonic() < deadline, f"cache restart never seen: {figures}"
+        assert time.monotonic() < deadline, f"cache restart never seen: {counters}"
         assert _chat(base, PROMPTS[0]) == reference[0]
-    print("\nreplica figures:", {k: v for k, v in figures.items() if "length" not in k})
-    assert figures["specdraft:proposer_steps_total"] > 0
-    assert figures["specdraft:draft_tokens_total"] > 0
-    assert figures["specdraft:accepted_tokens_total"] > 0
-    assert figures["specdraft:errors_total"] == 0  # the store's loss never reached drafting
+    print("\nreplica counters:", {k: v for k, v in counters.items() if "length" not in k})
+    assert counters["specdraft:proposer_steps_total"] > 0
+    assert counters["specdraft:draft_tokens_total"] > 0
+    assert counters["specdraft:accepted_tokens_total"] > 0
+    assert counters["specdraft:errors_total"] == 0  # the store's loss never reached drafting
 
-    # The same figures through Ray's metrics (log_engine_metrics, Ray's default), where vLLM's
+    # The same counters through Ray's metrics (log_engine_metrics, Ray's default), where vLLM's
     # are too: specdraft's accepted tokens agree with the handle's and with vLLM's count.
     deadline = time.monotonic() + 90
     while True:
-        accepted = _figures(handle.specdraft_metrics.remote().result())[
+        accepted = _counters(handle.specdraft_metrics.remote().result())[
             "specdraft:accepted_tokens_total"]
-        ray_figures = _ray_figures(httpx.get(ray_metrics_url, timeout=10).text)
-        ours = ray_figures.get("ray_specdraft_accepted_tokens_total")
-        vllms = ray_figures.get("ray_vllm_spec_decode_num_accepted_tokens_total")
+        ray_counters = _ray_counters(httpx.get(ray_metrics_url, timeout=10).text)
+        ours = ray_counters.get("ray_specdraft_accepted_tokens_total")
+        vllms = ray_counters.get("ray_vllm_spec_decode_num_accepted_tokens_total")
         if ours == accepted == vllms:
             break
         assert time.monotonic() < deadline, (
             f"Ray's metrics: specdraft {ours}, vLLM {vllms}; the replica's figure {accepted}")
         time.sleep(1)
-    assert ray_figures["ray_specdraft_proposer_steps_total"] > 0
-    assert "ray_specdraft_global_cache_tokens" in ray_figures  # gauges too
+    assert ray_counters["ray_specdraft_proposer_steps_total"] > 0
+    assert "ray_specdraft_global_cache_tokens" in ray_counters  # gauges too
     serve.delete("specdraft")
 
 
-def _ray_figures(text: str) -> dict[str, float]:
+def _ray_counters(text: str) -> dict[str, float]:
     """Ray's Prometheus text: each series name's values summed over labels."""
     out: dict[str, float] = {}
     for line in text.splitlines():

@@ -71,7 +71,7 @@ class Replica:
         client = getattr(self.drafter, "client", None)
         return True if client is None else client.flush()
 
-    def figures(self) -> dict:
+    def counters(self) -> dict:
         m = self.drafter.metrics()
         return {k: v for k, v in m.items() if k.startswith(("shared_cache", "global_cache"))}
 
@@ -109,8 +109,8 @@ def _run_pair(name: str | None) -> dict:
     ray.get(a.sync.remote())
     ray.get(b.sync.remote())
     on_b = ray.get(b.serve.remote(*session[3]))
-    result = {"a": on_a, "b": on_b, "b_figures": ray.get(b.figures.remote()),
-              "a_figures": ray.get(a.figures.remote()), "expected": session[3][1]}
+    result = {"a": on_a, "b": on_b, "b_counters": ray.get(b.counters.remote()),
+              "a_counters": ray.get(a.counters.remote()), "expected": session[3][1]}
     for r in (a, b):
         ray.kill(r)
     return result
@@ -122,13 +122,13 @@ def test_replica_b_drafts_from_what_replica_a_served(cluster):
     out_tokens = len(shared["expected"])
     print(f"\nreplica B, turn 4 ({out_tokens} tokens): accepted {shared['b']['accepted']} with the "
           f"shared cache, {alone['b']['accepted']} without")
-    fb = shared["b_figures"]
+    fb = shared["b_counters"]
     print(f"replica B: {fb['shared_cache_pulls']} pulls, mean round trip "
           f"{1e3 * fb['shared_cache_pull_seconds'] / max(1, fb['shared_cache_pulls']):.2f} ms")
     assert shared["b"]["output"] == alone["b"]["output"] == shared["expected"]
-    assert shared["a_figures"]["shared_cache_published_tokens"] == sum(
+    assert shared["a_counters"]["shared_cache_published_tokens"] == sum(
         len(o) for _, o in _session(4)[:3])
-    assert shared["b_figures"]["shared_cache_pulled_tokens"] > 0
+    assert shared["b_counters"]["shared_cache_pulled_tokens"] > 0
     assert shared["b"]["accepted"] > alone["b"]["accepted"] + 0.3 * out_tokens
     assert shared["b"]["accepted"] > 0.8 * out_tokens
 
@@ -184,13 +184,13 @@ def test_killing_the_store_keeps_serving_and_it_restarts_empty(cluster):
         assert ray.get(a.serve.remote(prompt, output))["output"] == output
     stats = _stats_once_up(name)
     assert ray.get(a.sync.remote())
-    figures = ray.get(a.figures.remote())
+    counters = ray.get(a.counters.remote())
     # the restarted store is empty but for what was published after the restart
     assert stats["tokens"] <= sum(len(o) for o in expected[1:])
-    assert figures["shared_cache_restarts_seen"] == 1
-    assert figures["shared_cache_errors"] + figures["shared_cache_restarts_seen"] >= 1
-    print(f"\nstore killed: client errors {figures['shared_cache_errors']}, restarts seen "
-          f"{figures['shared_cache_restarts_seen']}, store tokens after restart {stats['tokens']}")
+    assert counters["shared_cache_restarts_seen"] == 1
+    assert counters["shared_cache_errors"] + counters["shared_cache_restarts_seen"] >= 1
+    print(f"\nstore killed: client errors {counters['shared_cache_errors']}, restarts seen "
+          f"{counters['shared_cache_restarts_seen']}, store tokens after restart {stats['tokens']}")
     ray.kill(a)
 
 

@@ -125,12 +125,12 @@ def test_preemption_happened(results):
 def test_specdraft_tracked_requests_and_vllm_counted_drafts(spec_llm, results):
     from specdraft.plugins.vllm import engine_metrics
 
-    figures = engine_metrics(spec_llm, wait_for=lambda s: s["requests_finished"] >= 20)
-    assert figures["tracked"], "the proposer did not see vLLM's request ids"
-    assert figures["errors"] == 0
-    assert figures["drafts"] > 0 and figures["accepted_tokens"] > 0
-    assert figures["requests_finished"] >= 20  # last finishes arrive with the next step
-    assert max(k for k, c in enumerate(figures["draft_length_counts"]) if c) <= NUM_SPEC_TOKENS
+    counters = engine_metrics(spec_llm, wait_for=lambda s: s["requests_finished"] >= 20)
+    assert counters["tracked"], "the proposer did not see vLLM's request ids"
+    assert counters["errors"] == 0
+    assert counters["drafts"] > 0 and counters["accepted_tokens"] > 0
+    assert counters["requests_finished"] >= 20  # last finishes arrive with the next step
+    assert max(k for k, c in enumerate(counters["draft_length_counts"]) if c) <= NUM_SPEC_TOKENS
     assert counter(spec_llm, "vllm:spec_decode_num_drafts") > 0
     assert counter(spec_llm, "vllm:spec_decode_num_accepted_tokens") > 0
 

@@ -34,7 +34,7 @@ def test_greedy_outputs_identical(spec_llm, reference):
     from specdraft.plugins.vllm import engine_metrics
 
     assert generate(spec_llm, list(PROMPTS.values())) == reference
-    figures = engine_metrics(spec_llm, wait_for=lambda s: s["drafts"] > 0)
-    assert figures["tracked"] and figures["errors"] == 0
-    assert figures["drafts"] > 0 and figures["accepted_tokens"] > 0
-    assert max(k for k, c in enumerate(figures["draft_length_counts"]) if c) <= NUM_SPEC_TOKENS
+    counters = engine_metrics(spec_llm, wait_for=lambda s: s["drafts"] > 0)
+    assert counters["tracked"] and counters["errors"] == 0
+    assert counters["drafts"] > 0 and counters["accepted_tokens"] > 0
+    assert max(k for k, c in enumerate(counters["draft_length_counts"]) if c) <= NUM_SPEC_TOKENS

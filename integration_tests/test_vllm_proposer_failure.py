@@ -27,10 +27,10 @@ def test_failures_do_not_change_outputs_and_are_counted(faulty_llm, plain_llm):
 
     prompts = list(PROMPTS.values())[:12]
     assert generate(faulty_llm, prompts) == generate(plain_llm, prompts)
-    figures = engine_metrics(faulty_llm, wait_for=lambda s: s["errors"] > 0)
-    assert figures["errors"] > 0
-    assert figures["drafts"] > 0  # between failures, drafting went on
-    assert max(k for k, c in enumerate(figures["draft_length_counts"]) if c) <= NUM_SPEC_TOKENS
+    counters = engine_metrics(faulty_llm, wait_for=lambda s: s["errors"] > 0)
+    assert counters["errors"] > 0
+    assert counters["drafts"] > 0  # between failures, drafting went on
+    assert max(k for k, c in enumerate(counters["draft_length_counts"]) if c) <= NUM_SPEC_TOKENS
     # The engine keeps serving after the failures.
     more = list(PROMPTS.values())[12:16]
     assert generate(faulty_llm, more) == generate(plain_llm, more)

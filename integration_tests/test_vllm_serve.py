@@ -144,12 +144,12 @@ def test_echo_acceptance_and_metrics(server):
     mean_acceptance_length = 1 + accepted / drafts
     print(f"mean acceptance length on the echo prompt: {mean_acceptance_length:.2f}")
     assert mean_acceptance_length > 2.0
-    # vLLM's own spec-decode counters and specdraft's figures, side by side.
+    # vLLM's own spec-decode counters and specdraft's counters, side by side.
     assert after["vllm:spec_decode_num_draft_tokens_total"] > 0
     assert any(k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos") for k in after)
     deadline = time.monotonic() + 10
     while after.get("specdraft:drafts_total", 0) == 0 and time.monotonic() < deadline:
-        time.sleep(0.25)  # the worker publishes its figures every 0.25 s
+        time.sleep(0.25)  # the worker publishes its counters every 0.25 s
         after = metrics(base)
     for name in ("specdraft:proposed_drafts_total", "specdraft:draft_rows_total",
                  "specdraft:drafts_total", "specdraft:draft_length_total",
@@ -175,7 +175,7 @@ def post(base: str, prompt: str, **kw) -> httpx.Response:
 
 
 def settled(base: str, timeout: float = 15.0) -> dict[str, float]:
-    """/metrics once specdraft's figures caught up with vLLM's (the worker publishes every
+    """/metrics once specdraft's counters caught up with vLLM's (the worker publishes every
     0.25 s): every started request ended and the verified drafts match."""
     deadline = time.monotonic() + timeout
     while True:
@@ -257,11 +257,11 @@ def test_specdraft_counts_agree_with_vllm(server):
 
     pairs = {"drafts": "num_drafts", "draft_tokens": "num_draft_tokens",
              "accepted_tokens": "num_accepted_tokens"}
-    figures = {ours: (delta(f"specdraft:{ours}_total"),
+    counters = {ours: (delta(f"specdraft:{ours}_total"),
                       delta(f"vllm:spec_decode_{theirs}_total")) for ours, theirs in pairs.items()}
-    print("specdraft vs vllm:", figures)
-    assert figures["drafts"][1] > 0
-    for ours, (mine, vllm) in figures.items():
+    print("specdraft vs vllm:", counters)
+    assert counters["drafts"][1] > 0
+    for ours, (mine, vllm) in counters.items():
         assert mine == vllm, (ours, mine, vllm)
     assert delta("specdraft:proposed_drafts_total") >= delta("specdraft:drafts_total")
 

@@ -80,7 +80,7 @@ def test_a_tenant_drafts_from_its_own_earlier_answers(probe):
     assert runs["a_repeat"][0] > runs["a_cold"][0], {k: v[0] for k, v in runs.items()}
 
 
-def test_scope_figures(probe):
+def test_scope_counters(probe):
     _, _, drafter = probe
     assert drafter["cache_scopes"] == 2  # tenant-a, tenant-b (the unsalted pool is not counted)
     assert len(drafter["scope_cache_tokens_top"]) == 2

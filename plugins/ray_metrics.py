@@ -1,4 +1,4 @@
-"""specdraft's figures through Ray's metrics, where Ray Serve users read a replica's metrics.
+"""specdraft's counters through Ray's metrics, where Ray Serve users read a replica's metrics.
 
 With ``LLMConfig.log_engine_metrics`` on (Ray's default), Ray Serve LLM records vLLM's metrics with
 ``ray.util.metrics`` and Ray's Prometheus endpoint (every node's ``metrics_export_port``) serves
@@ -7,7 +7,7 @@ them as ``ray_vllm_*``. A replica's ``specdraft:*`` families (the ones vLLM's ow
 becomes ``ray_specdraft_accepted_tokens_total``, with the family's labels plus ``ReplicaId``, as
 vLLM's Ray metrics carry. Counters are recorded as increments since the last export (Ray counters
 only go up), gauges as their value. The export runs on the replica's event loop every
-``interval`` seconds, off the engine's step: the figures come from the snapshot file the drafting
+``interval`` seconds, off the engine's step: the counters come from the snapshot file the drafting
 worker writes.
 """
 
@@ -79,6 +79,6 @@ class RayMetricsExport:
             except Exception:  # noqa: BLE001 - metrics are best effort
                 if not self._failed:
                     self._failed = True
-                    logger.exception("specdraft: exporting figures to Ray's metrics failed "
+                    logger.exception("specdraft: exporting counters to Ray's metrics failed "
                                      "(serving goes on; logged once)")
             await asyncio.sleep(interval)

@@ -13,9 +13,9 @@ installed package is the simple way.
 ``SpecdraftLLMServer`` is Ray's ``LLMServer`` plus three things: it shuts vLLM's engine client
 down with the replica (Ray 2.60's engine shutdown leaves the engine's shared memory behind); with
 ``log_engine_metrics`` on (Ray's default, which also puts vLLM's metrics there) it records the
-replica's ``specdraft:*`` figures in Ray's metrics, served by Ray's Prometheus endpoint as
+replica's ``specdraft:*`` counters in Ray's metrics, served by Ray's Prometheus endpoint as
 ``ray_specdraft_*`` (``plugins/ray_metrics.py``); and ``specdraft_metrics()`` returns the same
-figures as Prometheus lines through a deployment handle.
+counters as Prometheus lines through a deployment handle.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ __all__ = ["SpecdraftLLMServer", "llm_config", "build_app", "app_builder"]
 
 class SpecdraftLLMServer(LLMServer):
     """Ray Serve's vLLM server, releasing the engine with the replica and exporting specdraft's
-    figures to Ray's metrics."""
+    counters to Ray's metrics."""
 
     _ray_export: Any = None
 

@@ -134,13 +134,13 @@ class SpecdraftProposer:
         self._error_logged = False
         # drafts/draft_tokens/accepted_tokens: as vLLM verified them (_count_verified);
         # proposed_*: what this proposer handed over (vLLM drops those of finished requests).
-        self.figures = {"steps": 0, "proposer_seconds": 0.0, "rows": 0, "drafts": 0,
+        self.counters = {"steps": 0, "proposer_seconds": 0.0, "rows": 0, "drafts": 0,
                         "draft_tokens": 0, "accepted_tokens": 0, "proposed_drafts": 0,
                         "proposed_draft_tokens": 0, "errors": 0}
         self._length_counts = np.zeros(self.num_speculative_tokens + 1, dtype=np.int64)
         self._lengths: list[np.ndarray] = []  # draft lengths of recent steps, not yet counted
-        self._drafter_figures: dict = {}
-        self._drafter_figures_at = 0.0
+        self._drafter_counters: dict = {}
+        self._drafter_counters_at = 0.0
         self.tracked = False
         # what the adapter's runner wrappers and worker methods call (every step: the step's
         # methods themselves, bound once)
@@ -153,13 +153,13 @@ class SpecdraftProposer:
             self.log.warning("specdraft: cannot see vLLM's request ids (%s); drafting each row "
                              "from its tokens alone: per-request state and the global cache's "
                              "learning from finished requests are off", reason)
-        # figures are read by the writer's thread (_snapshot): the step only says they changed
-        self._figures_lock = threading.RLock()
+        # counters are read by the writer's thread (_snapshot): the step only says they changed
+        self._counters_lock = threading.RLock()
         self.writer = (SnapshotWriter(facts.metrics_dir, source=self._snapshot)
                        if facts.metrics_dir and facts.tp_rank == 0 else None)
         self.log.info("specdraft: %s drafting up to %d tokens (options %s)",
                       type(self).__name__, self.num_speculative_tokens, self.options)
-        self._publish()  # figures exist (zeros) before the first step
+        self._publish()  # counters exist (zeros) before the first step
 
     def build_drafter(self, options: dict, vllm_config: Any) -> Any:
         """The engine-agnostic drafter behind this proposer (subclasses may wrap it)."""
@@ -192,8 +192,8 @@ class SpecdraftProposer:
             rows = args[0] if args else kwargs.get("sampled_token_ids", ())
             drafts = [[] for _ in rows]
         elapsed = time.perf_counter() - start
-        self.figures["steps"] += 1
-        self.figures["proposer_seconds"] += elapsed
+        self.counters["steps"] += 1
+        self.counters["proposer_seconds"] += elapsed
         if self.writer is not None:
             self.writer.publish()  # built in the writer's thread (_snapshot)
         return drafts
@@ -210,7 +210,7 @@ class SpecdraftProposer:
         self.steps.step_started = None
         self.steps.pass_costs.clear()
         self.steps.pass_log.clear()
-        self._count_lengths()  # the figures of the drafter that goes
+        self._count_lengths()  # the counters of the drafter that goes
         self.drafter = self.build_drafter(*self._drafter_args)
         self.steps.set_drafter(self.drafter)
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
@@ -222,12 +222,12 @@ class SpecdraftProposer:
         if self.steps.native:
             invalid = view.invalid_draft_tokens(sampled_token_ids)
             if invalid:
-                self.figures["draft_tokens"] -= invalid
+                self.counters["draft_tokens"] -= invalid
             return
         drafts, draft_tokens, accepted_tokens = view.verified(sampled_token_ids)
-        self.figures["drafts"] += drafts
-        self.figures["draft_tokens"] += draft_tokens
-        self.figures["accepted_tokens"] += accepted_tokens
+        self.counters["drafts"] += drafts
+        self.counters["draft_tokens"] += draft_tokens
+        self.counters["accepted_tokens"] += accepted_tokens
 
     def worker_metrics(self) -> dict:
         """The drafter's ``metrics()``, the time spent in ``propose`` and its calls, and the
@@ -238,8 +238,8 @@ class SpecdraftProposer:
         except Exception as error:  # noqa: BLE001 - never fail a metrics read; the next step rebuilds
             self._failed(error)
         out = dict(self.drafter.metrics())
-        out["proposer_seconds"] = float(self.figures["proposer_seconds"])
-        out["proposer_steps"] = int(self.figures["steps"])
+        out["proposer_seconds"] = float(self.counters["proposer_seconds"])
+        out["proposer_steps"] = int(self.counters["steps"])
         out["pass_costs"] = self.steps.measured_pass_costs()
         out["pass_log"] = [list(p) for p in self.steps.pass_log]
         return out
@@ -257,22 +257,22 @@ class SpecdraftProposer:
         self.tracked = self.tracked or tracked
         # what the proposer handed over; drafts/draft_tokens/accepted_tokens count what vLLM
         # verified (_count_verified), as vLLM's spec_decode counters do
-        with self._figures_lock:
-            self.figures["proposed_draft_tokens"] += out.tokens.shape[0]
+        with self._counters_lock:
+            self.counters["proposed_draft_tokens"] += out.tokens.shape[0]
             self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)
             if len(self._lengths) >= 256:
                 self._count_lengths()
         return drafts
 
     def _count_lengths(self) -> None:
-        with self._figures_lock:
+        with self._counters_lock:
             self._count_lengths_locked()
 
     def _count_lengths_locked(self) -> None:
         if self.steps.engine is not None:  # what the native engine step counted
             rows, drafts, tokens, counts, verified, verified_tokens, accepted = (
-                self.steps.engine[0].take_figures())
-            f = self.figures
+                self.steps.engine[0].take_engine_counters())
+            f = self.counters
             f["rows"] += rows
             f["proposed_drafts"] += drafts
             f["proposed_draft_tokens"] += tokens
@@ -286,14 +286,14 @@ class SpecdraftProposer:
             return
         lengths = np.concatenate(self._lengths)
         self._lengths = []
-        f = self.figures
+        f = self.counters
         f["rows"] += lengths.shape[0]
         f["proposed_drafts"] += int(np.count_nonzero(lengths))
         if lengths.size:
             self._length_counts += np.bincount(lengths, minlength=self._length_counts.size)
 
     def _failed(self, error: Exception) -> None:
-        self.figures["errors"] += 1
+        self.counters["errors"] += 1
         try:
             self.drafter.count_error()
         except Exception:  # noqa: BLE001
@@ -314,19 +314,19 @@ class SpecdraftProposer:
             self.writer.publish()
 
     def _snapshot(self) -> dict:
-        """The figures as published (called from the writer's thread)."""
+        """The counters as published (called from the writer's thread)."""
         self._count_lengths()
         now = time.monotonic()
-        if now - self._drafter_figures_at > 0.2:
-            self._drafter_figures_at = now
+        if now - self._drafter_counters_at > 0.2:
+            self._drafter_counters_at = now
             try:
                 m = self.drafter.metrics()
-                self._drafter_figures = {k: m[k] for k in _DRAFTER_FIGURES if k in m}
-            except Exception:  # noqa: BLE001 - figures are best effort
-                self._drafter_figures = {}
-        stats = self.drafter.stats
+                self._drafter_counters = {k: m[k] for k in _DRAFTER_COUNTERS if k in m}
+            except Exception:  # noqa: BLE001 - counters are best effort
+                self._drafter_counters = {}
+        stats = self.drafter.counters
         return {
-            **self._drafter_figures, **self.figures,
+            **self._drafter_counters, **self.counters,
             "draft_length_counts": self._length_counts.tolist(),
             "requests_started": stats.requests, "requests_finished": stats.finished,
             "requests_aborted": stats.aborted, "tracked": self.tracked,
@@ -334,8 +334,8 @@ class SpecdraftProposer:
             "num_speculative_tokens": self.num_speculative_tokens}
 
 
-# Figures taken from the drafter's metrics(); the rest are counted here, as vLLM saw them.
-_DRAFTER_FIGURES = ("global_cache_tokens", "global_cache_nodes", "global_cache_bytes",
+# Counters taken from the drafter's metrics(); the rest are counted here, as vLLM saw them.
+_DRAFTER_COUNTERS = ("global_cache_tokens", "global_cache_nodes", "global_cache_bytes",
                     "live_requests", "native", "cache_scopes", "scope_cache_tokens_top",
                     # the shared cache's (specdraft.proposers.shared_cache), when it is on
                     "shared_cache_published_tokens", "shared_cache_pulled_tokens",
@@ -365,9 +365,9 @@ PROPOSERS = {"lookup": "LookupProposer", "suffix": "SuffixProposer", "tree": "Tr
 
 
 def engine_metrics(llm: Any, wait_for: Any = None, timeout: float = 5.0) -> dict | None:
-    """specdraft's figures for an offline ``vllm.LLM`` (what /metrics shows when serving).
+    """specdraft's counters for an offline ``vllm.LLM`` (what /metrics shows when serving).
 
-    ``wait_for(snapshot) -> bool`` waits until the worker's figures satisfy it (they trail the
+    ``wait_for(snapshot) -> bool`` waits until the worker's counters satisfy it (they trail the
     engine by a fraction of a second).
     """
     adapter = vllm_adapter()

@@ -1,11 +1,11 @@
-"""specdraft's figures, from the vLLM worker that drafts to the process that serves /metrics.
+"""specdraft's counters, from the vLLM worker that drafts to the process that serves /metrics.
 
 The proposer runs in a worker process; Prometheus is served by vLLM's API-server process
-(process 0). The worker publishes a small JSON snapshot of cumulative figures into a directory
+(process 0). The worker publishes a small JSON snapshot of cumulative counters into a directory
 that process 0 created for this engine; a Prometheus collector in process 0 reads it at scrape
-time, so /metrics shows specdraft's figures next to vLLM's ``vllm:spec_decode_*`` counters.
+time, so /metrics shows specdraft's counters next to vLLM's ``vllm:spec_decode_*`` counters.
 Nothing here runs in the worker's step: the proposer hands over a dict, or only says that its
-figures changed and a daemon thread builds the dict (``source``) and writes it.
+counters changed and a daemon thread builds the dict (``source``) and writes it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class SnapshotWriter:
         threading.Thread(target=self._run, name="specdraft-metrics", daemon=True).start()
 
     def publish(self, snapshot: dict | None = None) -> None:
-        """The latest snapshot; None: the figures changed, ``source()`` builds it when written."""
+        """The latest snapshot; None: the counters changed, ``source()`` builds it when written."""
         if snapshot is None:
             self._changed = True
         else:
@@ -55,7 +55,7 @@ class SnapshotWriter:
             self._changed = False
             try:
                 self._latest = self.source()
-            except Exception:  # noqa: BLE001 - figures are best effort; the next change retries
+            except Exception:  # noqa: BLE001 - counters are best effort; the next change retries
                 self._changed = True
         latest = self._latest
         if latest is None or latest is self._written:
@@ -209,7 +209,7 @@ def new_metrics_dir() -> str:
 
 def wait_for_snapshot(metrics_dir: str | None, predicate=lambda s: True,
                       timeout: float = 5.0) -> dict | None:
-    """The newest snapshot satisfying ``predicate`` (figures trail the engine by ~0.25 s)."""
+    """The newest snapshot satisfying ``predicate`` (counters trail the engine by ~0.25 s)."""
     deadline = time.monotonic() + timeout
     while True:
         snapshot = read_snapshot(metrics_dir)

@@ -6,7 +6,7 @@ every user of an environment where specdraft is installed, so it stays cheap and
 * process 0: teach ``EngineArgs`` the ``"specdraft"`` key of ``speculative_config`` (vLLM's
   config forbids unknown keys). Options are validated there, so a bad option fails startup before
   any engine process starts, and they travel to the workers on the config object. The same hook
-  registers the Prometheus collector that exports specdraft's figures for that engine.
+  registers the Prometheus collector that exports specdraft's counters for that engine.
 * CPU workers of affected vLLM versions: guard the CPU top-k path against steps without draft
   tokens (a top_k request otherwise kills the engine under any speculative method).
 * The rejection sampler's expand-kernel fix (vllm-project/vllm PR #55006: temperature > 0

@@ -109,7 +109,7 @@ class DraftTree:
 
 
 @dataclasses.dataclass
-class DrafterStats:
+class DrafterCounters:
     requests: int = 0          # requests started
     finished: int = 0          # requests finished (fed to the global cache)
     aborted: int = 0
@@ -144,4 +144,4 @@ class Drafter(Protocol):
     def abort(self, req_id: str) -> None: ...
     def load_corpus(self, sequences: Iterable[Sequence[int]]) -> None: ...
     @property
-    def stats(self) -> DrafterStats: ...
+    def counters(self) -> DrafterCounters: ...

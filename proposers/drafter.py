@@ -24,7 +24,7 @@ from typing import Hashable, Iterable, Sequence
 
 import numpy as np
 
-from specdraft.proposers.base import DraftTree, DrafterStats, SpecdraftConfigError
+from specdraft.proposers.base import DraftTree, DrafterCounters, SpecdraftConfigError
 from specdraft.proposers.config import DrafterConfig
 from specdraft.proposers.controller import CostModel, DraftLengthController, cost_spec
 from specdraft.proposers.corpus import corpus_entries, read_corpus
@@ -33,7 +33,7 @@ from specdraft.proposers.suffix_core import SuffixCore
 
 logger = logging.getLogger("specdraft")
 
-# the largest scopes' token counts in the figures (ranks, never tenant names)
+# the largest scopes' token counts in the counters (ranks, never tenant names)
 SCOPE_TOKENS_TOP = 5
 
 
@@ -203,12 +203,12 @@ class SpecDrafter:
         self._tree = cfg.strategy == "tree"
         self._handles: dict[object, int] = {}
         # The engine step from the engine's own arrays (native core only): it shares the
-        # request id -> handle map and the handle counter, and counts into _stats when read.
+        # request id -> handle map and the handle counter, and counts into _counters when read.
         self._engine = (_native_engine_step(self._handles, vocab_size or 0, self._tree)
                         if self._native_step else None)
         self._next = 0
         self._added = 0  # the last handle add_to_global_cache used (they count down from -1)
-        self._stats = DrafterStats()
+        self._counters = DrafterCounters()
         self._lock = threading.RLock()
         for path, scopes in corpus_entries(cfg.corpus_files):
             self.load_corpus(read_corpus(path, tokenizer), scopes)
@@ -283,8 +283,8 @@ class SpecDrafter:
                 self.core.set_scope(h, scope)
             self.core.start(h, toks)
             self._handles[req_id] = h
-            self._stats.requests += 1
-            self._stats.update_time_s += time.perf_counter() - t0
+            self._counters.requests += 1
+            self._counters.update_time_s += time.perf_counter() - t0
 
     def extend(self, req_id, token_ids: Sequence[int], num_accepted: int | None = None) -> None:
         toks = self._check_tokens(token_ids, "token_ids")
@@ -294,10 +294,10 @@ class SpecDrafter:
             if toks:
                 self.core.extend(h, toks)
             if num_accepted is not None:
-                self._stats.accepted_tokens += num_accepted
+                self._counters.accepted_tokens += num_accepted
                 if self.controller is not None:
                     self.controller.observe(h, num_accepted)
-            self._stats.update_time_s += time.perf_counter() - t0
+            self._counters.update_time_s += time.perf_counter() - t0
 
     def has(self, req_id) -> bool:
         return req_id in self._handles
@@ -317,8 +317,8 @@ class SpecDrafter:
             t0 = time.perf_counter()
             self.core.finish(h)
             self._forget(h)
-            self._stats.finished += 1
-            self._stats.update_time_s += time.perf_counter() - t0
+            self._counters.finished += 1
+            self._counters.update_time_s += time.perf_counter() - t0
 
     def abort(self, req_id) -> None:
         with self._lock:
@@ -330,7 +330,7 @@ class SpecDrafter:
                 return
             self.core.abort(h)
             self._forget(h)
-            self._stats.aborted += 1
+            self._counters.aborted += 1
 
     def _forget(self, h: int) -> None:
         """Drop a request's controller and engine-step state (its index state is already gone)."""
@@ -412,7 +412,7 @@ class SpecDrafter:
                 trees = [t.truncate(k) for t, k in zip(trees, counts)]
                 for h, t in zip(handles, trees):
                     self.controller.sent(h, t.chain_probs(), t.match_len)
-            st = self._stats
+            st = self._counters
             for t in trees:
                 if len(t):
                     st.drafts += 1
@@ -482,7 +482,7 @@ class SpecDrafter:
                 toks, lengths, counts, *parents = self._step_python(
                     handles, tokens, num_tokens, num_prompt_tokens, budgets, rows, token_offsets,
                     num_accepted, num_emitted, fin, ab, max_len, whole)
-            self._stats.add_step_counts(counts, time.perf_counter() - t0)
+            self._counters.add_step_counts(counts, time.perf_counter() - t0)
             if trees and not whole:  # chains: each node's parent is the one before it
                 starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
                 parents = [(np.arange(len(toks)) - starts - 1).astype(np.int32)]
@@ -645,7 +645,7 @@ class SpecDrafter:
                 self.core.drop_scope(h)
                 if self.controller is not None:
                     self.controller.forget(h)
-                self._stats.aborted += 1
+                self._counters.aborted += 1
             self._handles.clear()
             if self._engine is not None:
                 self._engine.clear()
@@ -665,25 +665,25 @@ class SpecDrafter:
 
     def count_error(self) -> None:
         with self._lock:
-            self._stats.errors += 1
+            self._counters.errors += 1
 
     # ------------------------------------------------------------ accounting
     @property
-    def stats(self) -> DrafterStats:
+    def counters(self) -> DrafterCounters:
         if self._engine is not None:
             with self._lock:
-                self._take_engine_stats()
-        return self._stats
+                self._take_drafter_counters()
+        return self._counters
 
-    def _take_engine_stats(self) -> None:
-        *counts, seconds = self._engine.take_stats()
-        self._stats.add_step_counts(counts, seconds)
+    def _take_drafter_counters(self) -> None:
+        *counts, seconds = self._engine.take_drafter_counters()
+        self._counters.add_step_counts(counts, seconds)
 
     def metrics(self) -> dict:
         with self._lock:
             if self._engine is not None:
-                self._take_engine_stats()
-            s = self._stats
+                self._take_drafter_counters()
+            s = self._counters
             m = s.as_dict()
             m["live_requests"] = len(self._handles)
             m["global_cache_tokens"] = self.core.global_tokens()

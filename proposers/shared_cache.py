@@ -183,7 +183,7 @@ class SharedCacheClient:
         self._source: Any = None  # () -> [(scope, tokens)] to publish, asked each round
         self._sink: Any = None    # (tokens, scope) -> None, for each sequence pulled
         self._rounds = 0          # exchanges completed, handing over included
-        self.figures = {"shared_cache_published_sequences": 0, "shared_cache_published_tokens": 0,
+        self.counters = {"shared_cache_published_sequences": 0, "shared_cache_published_tokens": 0,
                         "shared_cache_pulled_sequences": 0, "shared_cache_pulled_tokens": 0,
                         "shared_cache_dropped_tokens": 0, "shared_cache_errors": 0,
                         "shared_cache_restarts_seen": 0, "shared_cache_store_tokens": 0,
@@ -210,7 +210,7 @@ class SharedCacheClient:
             while self._outbox_tokens > self.opts["tokens"] and len(self._outbox) > 1:
                 _, old = self._outbox.popleft()
                 self._outbox_tokens -= len(old)
-                self.figures["shared_cache_dropped_tokens"] += len(old)
+                self.counters["shared_cache_dropped_tokens"] += len(old)
 
     def drain(self) -> list[tuple[str | None, list[int]]]:
         """(scope, sequence) pairs other replicas published since the last call."""
@@ -252,7 +252,7 @@ class SharedCacheClient:
                     logger.warning("specdraft: shared cache %r reachable again",
                                    self.opts["name"])
             except Exception as e:  # noqa: BLE001 - the store's trouble never reaches drafting
-                self.figures["shared_cache_errors"] += 1
+                self.counters["shared_cache_errors"] += 1
                 if not self._failing:
                     self._failing = True
                     logger.warning("specdraft: shared cache %r unreachable (%s: %s); drafting "
@@ -279,7 +279,7 @@ class SharedCacheClient:
         try:
             move()
         except Exception as e:  # noqa: BLE001 - sharing must never stop the thread
-            self.figures["shared_cache_errors"] += 1
+            self.counters["shared_cache_errors"] += 1
             if not self._handover_failing:
                 self._handover_failing = True
                 logger.warning("specdraft: shared cache %r: handing sequences over failed "
@@ -303,17 +303,17 @@ class SharedCacheClient:
             with self._lock:
                 for _ in batch:
                     self._outbox_tokens -= len(self._outbox.popleft()[1])
-            self.figures["shared_cache_published_sequences"] += len(batch)
-            self.figures["shared_cache_published_tokens"] += sum(len(s) for s in arrays)
-            self.figures["shared_cache_store_tokens"] = tokens
+            self.counters["shared_cache_published_sequences"] += len(batch)
+            self.counters["shared_cache_published_tokens"] += sum(len(s) for s in arrays)
+            self.counters["shared_cache_store_tokens"] = tokens
         t0 = time.perf_counter()
         generation, cursor, seqs = self._link.pull(self._cursor, self.origin,
                                                    self.opts["tokens"], timeout)
-        self.figures["shared_cache_pull_seconds"] += time.perf_counter() - t0
-        self.figures["shared_cache_pulls"] += 1
+        self.counters["shared_cache_pull_seconds"] += time.perf_counter() - t0
+        self.counters["shared_cache_pulls"] += 1
         if generation != self._generation:
             if self._generation is not None:
-                self.figures["shared_cache_restarts_seen"] += 1
+                self.counters["shared_cache_restarts_seen"] += 1
                 logger.warning("specdraft: shared cache %r restarted empty; pulling from its "
                                "start", self.opts["name"])
                 self._generation = generation
@@ -324,8 +324,8 @@ class SharedCacheClient:
         if seqs:
             with self._lock:
                 self._inbox.extend((k, [int(t) for t in s]) for k, s in seqs)
-            self.figures["shared_cache_pulled_sequences"] += len(seqs)
-            self.figures["shared_cache_pulled_tokens"] += sum(len(s) for _, s in seqs)
+            self.counters["shared_cache_pulled_sequences"] += len(seqs)
+            self.counters["shared_cache_pulled_tokens"] += sum(len(s) for _, s in seqs)
 
 
 class SharedCacheDrafter:
@@ -358,7 +358,7 @@ class SharedCacheDrafter:
 
     def metrics(self) -> dict:
         m = self.drafter.metrics()
-        m.update(self.client.figures)
+        m.update(self.client.counters)
         # dropped before the client took them (its thread stalled)
         m["shared_cache_dropped_tokens"] += self.drafter.core.export_dropped_tokens()
         return m

@@ -140,7 +140,7 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
                     after = live.proposer_time(llm) if before is not None else None
                     costs = live.pass_costs(llm) if after is not None else None
                     res.counters["step_times"] = live.step_times(llm)
-                if after is not None:  # specdraft's own figures: time in propose, propose calls
+                if after is not None:  # specdraft's own counters: time in propose, propose calls
                     res.counters["proposer_seconds"] = after[0] - before[0]
                     res.counters["proposer_steps"] = after[1] - before[1]
                     res.counters["pass_costs"], res.counters["pass_log"] = costs or (None, None)

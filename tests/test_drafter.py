@@ -35,7 +35,7 @@ def test_echo_prompt_drafts_long(strategy):
     d = make_drafter({"strategy": strategy, "cost_model": "cpu-bf16"}, chain_only=True)
     tpp = replay(d, "r", code + [1001], code[:200], budget=8)
     assert tpp > 5, tpp
-    s = d.stats
+    s = d.counters
     assert s.accepted_tokens <= s.drafted_tokens and s.requests == s.finished == 1
 
 

@@ -10,7 +10,7 @@ path, with the same calls vLLM's runner makes: requests arrive (a prefill step f
 accepted part of their draft plus one token, are reordered, preempted and resumed, hit stop
 tokens, ``max_tokens`` or ``max_model_len``, are aborted, opt out of speculation; small global
 caches so eviction happens. Every step both must return the same drafts, and at the end the
-same drafter counters, proposer figures and live requests.
+same drafter counters, proposer counters and live requests.
 
 The runner and scheduler output are stand-ins holding the fields the adapter reads (no engine
 runs here); the integration tests drive the same path in a real vLLM engine.
@@ -145,7 +145,7 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
             prop.specdraft_hooks.bind(view)
             answers.append(prop.propose(sampled, num_tokens, buf, slot_mappings=None))
             prop.specdraft_hooks.bind(None)
-        assert native.figures["errors"] == twin.figures["errors"] == 0, f"step {step}"
+        assert native.counters["errors"] == twin.counters["errors"] == 0, f"step {step}"
         assert answers[0] == answers[1], f"step {step}"
         drafts = answers[0]
         assert len(drafts) == num_rows
@@ -167,13 +167,13 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
                 last[rid] = drafts[i]
     for prop in (native, twin):
         prop._count_lengths()
-    stats = [p.drafter.stats.as_dict() for p in (native, twin)]
+    stats = [p.drafter.counters.as_dict() for p in (native, twin)]
     for s in stats:
         s.pop("draft_time_s")
         s.pop("update_time_s")
     assert stats[0] == stats[1]
     for key in ("rows", "proposed_drafts", "proposed_draft_tokens", "steps", "errors"):
-        assert native.figures[key] == twin.figures[key], key
+        assert native.counters[key] == twin.counters[key], key
     assert native._length_counts.tolist() == twin._length_counts.tolist()
     assert sorted(native.drafter.req_ids()) == sorted(twin.drafter.req_ids())
     assert native.drafter.core.global_tokens() == twin.drafter.core.global_tokens()
@@ -216,10 +216,10 @@ def test_a_bad_token_in_vllms_buffer_costs_one_step_of_drafts_not_the_engine():
 
     buf[0, 3] = VOCAB + 5  # out of range: the engine step refuses the row
     assert call([[4]], 8) == [[]]
-    assert prop.figures["errors"] == 1 and prop.drafter.stats.errors == 1
+    assert prop.counters["errors"] == 1 and prop.drafter.counters.errors == 1
     buf[0, 3] = 3
     assert call([[4]], 8)[0][:3] == [5, 3, 4]
-    assert prop.figures["errors"] == 1
+    assert prop.counters["errors"] == 1
     assert prop.tracked
 
 

@@ -178,7 +178,7 @@ def test_vllm_scope_transport_overrides_what_a_client_sends():
     assert r.sampling_params.extra_args is None
 
 
-def test_scope_figures_are_ranks_not_names():
+def test_scope_counters_are_ranks_not_names():
     from specdraft.plugins.vllm_metrics import SCOPE_RANKS, prometheus_families
 
     fams = {f.name: f for f in prometheus_families(

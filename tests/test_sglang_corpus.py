@@ -68,7 +68,7 @@ def test_finish_feeds_the_global_cache_abort_does_not():
     a.output_ids += REPEAT[3:]  # its last pass, seen only at finish
     a.finished_reason, b.finished_reason = FINISH_LENGTH(), FINISH_ABORT()
     corpus.erase_match_state(["a", "b"])
-    assert drafter.stats.finished == 1 and drafter.stats.aborted == 1
+    assert drafter.counters.finished == 1 and drafter.counters.aborted == 1
     assert not drafter.has("a") and not drafter.has("b")
     # a later request continues from what "a" taught the global cache
     tokens, _ = step(corpus, [Req("c", [0, 5, 6, 7], [8])])
@@ -80,10 +80,10 @@ def test_retracted_request_resumes_without_restart_or_finish():
     a = Req("a", [1, 2, 3], [4])
     step(corpus, [a])
     corpus.erase_match_state(["a"])  # left the batch, not finished: retracted
-    assert drafter.has("a") and drafter.stats.finished == drafter.stats.aborted == 0
+    assert drafter.has("a") and drafter.counters.finished == drafter.counters.aborted == 0
     a.output_ids += [5, 6]  # re-prefilled and decoded on return
     step(corpus, [a])
-    assert drafter.stats.requests == 1 and drafter.num_tokens("a") == 6
+    assert drafter.counters.requests == 1 and drafter.num_tokens("a") == 6
 
 
 def test_a_shrunk_history_restarts_the_request():
@@ -92,7 +92,7 @@ def test_a_shrunk_history_restarts_the_request():
     step(corpus, [a])
     a.output_ids = [4]
     step(corpus, [a])
-    assert drafter.stats.requests == 2 and drafter.stats.aborted == 1
+    assert drafter.counters.requests == 2 and drafter.counters.aborted == 1
     assert drafter.num_tokens("a") == 4
 
 
@@ -104,7 +104,7 @@ def test_a_drafter_failure_gives_a_step_without_drafts_and_recovers(caplog):
     for _ in range(2):
         tokens, mask = step(corpus, [a])
         assert (mask[0] == np.eye(N, dtype=np.int64)).all()  # root + unreachable padding
-    assert drafter.stats.errors == 2
+    assert drafter.counters.errors == 2
     assert sum("drafter failed" in r.getMessage() for r in caplog.records) == 1  # logged once
     drafter.step = original
     tokens, mask = step(corpus, [a])
@@ -171,5 +171,5 @@ def test_without_a_bound_req_the_tail_is_the_history():
         tail = history[max(0, total - 4):total]
         tokens, mask = corpus.batch_get(["x"], [tail], [total])
         assert tokens[0] == tail[-1]
-    assert drafter.stats.errors == 0 and drafter.stats.requests == 1
+    assert drafter.counters.errors == 0 and drafter.counters.requests == 1
     assert drafter.num_tokens("x") == 4 + (19 - 8)

@@ -35,7 +35,7 @@ def test_a_replica_receives_what_another_published_in_its_scope():
         assert [(s, list(map(int, t))) for s, t in got] == [
             ("tenant-a", [1, 2, 3, 4]), (None, [5, 6, 7])]  # in the store's order
         assert a.drain() == []  # never its own sequences back
-        assert a.figures["shared_cache_published_tokens"] == 7
+        assert a.counters["shared_cache_published_tokens"] == 7
     finally:
         a.close()
         b.close()

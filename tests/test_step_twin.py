@@ -271,7 +271,7 @@ def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive,
             py.report_step(t, s)
         engine.after_step(ids)
     for field in ("requests", "finished", "aborted", "drafts", "drafted_tokens", "accepted_tokens"):
-        assert getattr(nat.stats, field) == getattr(py.stats, field), field
+        assert getattr(nat.counters, field) == getattr(py.counters, field), field
     assert nat.metrics()["chosen_draft_lengths"] == py.metrics()["chosen_draft_lengths"]
     assert sorted(nat.req_ids()) == sorted(py.req_ids())
     nat.core.check_requests()
@@ -313,8 +313,8 @@ def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core
         if trees:
             assert [t.parents for t in got.trees()] == [t.parents for t in want]
         engine.after_step(ids)
-    assert a.stats.accepted_tokens == b.stats.accepted_tokens
-    assert a.stats.finished == b.stats.finished
+    assert a.counters.accepted_tokens == b.counters.accepted_tokens
+    assert a.counters.finished == b.counters.finished
 
 
 # ------------------------------------------------------------------------------- errors
@@ -342,7 +342,7 @@ def test_step_finishes_feed_the_global_cache_and_unknown_ids_are_ignored():
     buf[0, :10] = [1, 2] + answer
     d.step(["a"], buf, [10], [2], [0])
     out = d.step([], buf[:0], [], [], [], finished=["a", "never-seen"])
-    assert out.lengths.shape == (0,) and d.stats.finished == 1 and not d.has("a")
+    assert out.lengths.shape == (0,) and d.counters.finished == 1 and not d.has("a")
     buf[0, :4] = [3, 7, 8, 9]                    # a new request quoting the finished answer
     out = d.step(["b"], buf, [4], [1], [5])
     row = out.rows()[0]

@@ -123,7 +123,7 @@ def test_with_the_real_drafter():
     tree = d.draft_batch(["r"], 4)[0]
     assert tree.token_ids[:2] == [7, 8]
     sync.drop("r", aborted=False)
-    assert not d.has("r") and d.stats.finished == 1
+    assert not d.has("r") and d.counters.finished == 1
 
 
 def _fake_vllm_config(k=4, max_model_len=64, vocab=100):
@@ -149,7 +149,7 @@ def test_propose_without_request_ids_drafts_each_row_from_its_tokens():
     assert drafts[0] == [5, 6, 7, 8]                      # capped at num_speculative_tokens
     assert drafts[1] == []                                # a row still in prefill
     assert drafts[2] == []                                # no room left under max_model_len
-    assert proposer.figures["errors"] == 0 and not proposer.tracked
+    assert proposer.counters["errors"] == 0 and not proposer.tracked
     assert not proposer.drafter.has("specdraft-row-0")    # nothing kept between steps
 
 
@@ -165,7 +165,7 @@ def test_a_failing_drafter_costs_one_step_of_drafts_not_the_engine():
     proposer.drafter.step = boom
     assert proposer.propose([[4]], np.array([6]), tokens) == [[]]
     assert proposer.propose([[4]], np.array([6]), tokens) == [[]]
-    assert proposer.figures["errors"] == 2 and proposer.drafter.stats.errors == 2
+    assert proposer.counters["errors"] == 2 and proposer.drafter.counters.errors == 2
     del proposer.drafter.step                             # the drafter recovers: drafts again
     assert proposer.propose([[4]], np.array([6]), tokens) != [[]]
 

@@ -96,7 +96,7 @@ def test_the_wrappers_drive_a_specdraft_proposer(hooked, native):
     drafts = _step(runner, hist[:8], [[5, 6, 7, 8]], _out(scheduled={"a": [5, 6, 7, 9]}))
     assert drafts == [[5, 6, 7, 8]]
     # the drafts vLLM verified this step, counted as vLLM's spec_decode counters count them
-    # (the native step counts them as it reads the rows; the figures as published)
+    # (the native step counts them as it reads the rows; the counters as published)
     snap = prop._snapshot()
     assert (snap["drafts"], snap["draft_tokens"], snap["accepted_tokens"]) == (1, 4, 3)
     # draft tokens the scheduler marked invalid are not counted as drafted (vLLM's rule)
@@ -106,7 +106,7 @@ def test_the_wrappers_drive_a_specdraft_proposer(hooked, native):
     hist = hist + [7]
     assert prop.steps.view is None                             # unbound after propose
     _step(runner, hist[:10], [[7]], _out(finished={"zz"}))         # an id the drafter never saw
-    assert prop.figures["errors"] == 0 and runner.executed == 4
+    assert prop.counters["errors"] == 0 and runner.executed == 4
     assert len(prop.steps.pass_log) == 4
 
 
@@ -128,7 +128,7 @@ def test_ends_reported_in_steps_without_propose_are_applied_when_metrics_are_rea
     wrapper = SimpleNamespace(worker=SimpleNamespace(model_runner=SimpleNamespace(drafter=prop)))
     m = worker_module._worker_drafter_metrics(wrapper)
     assert m["live_requests"] == 0 and m["finished"] == 1 and m["global_cache_tokens"] == 2  # its output
-    assert prop.figures["errors"] == 0 and not prop.drafter.has("a")
+    assert prop.counters["errors"] == 0 and not prop.drafter.has("a")
 
 
 def test_a_failing_step_begin_is_counted_and_the_engine_steps_on(hooked, monkeypatch):
@@ -142,7 +142,7 @@ def test_a_failing_step_begin_is_counted_and_the_engine_steps_on(hooked, monkeyp
 
     monkeypatch.setattr(prop.specdraft_hooks, "step_begin", boom)
     assert _step(runner, [5, 6, 7, 8], [[8]], _out()) == [[]]
-    assert runner.executed == 1 and prop.figures["errors"] == 1
+    assert runner.executed == 1 and prop.counters["errors"] == 1
 
 
 def test_a_runner_without_a_specdraft_proposer_is_left_alone(hooked):
@@ -160,7 +160,7 @@ def test_worker_methods_read_the_proposer():
     from specdraft.plugins.vllm import SuffixProposer
 
     prop = SuffixProposer(_config())
-    prop.figures["proposer_seconds"], prop.figures["steps"] = 0.5, 3
+    prop.counters["proposer_seconds"], prop.counters["steps"] = 0.5, 3
     prop.steps.count_pass(2, 7, 0.25)
 
     def wrapper(drafter):

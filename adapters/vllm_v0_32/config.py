@@ -16,7 +16,7 @@ OPTIONS_KEY = "specdraft"                  # the key users add to speculative_co
 OPTIONS_ATTR = "specdraft_options"         # validated options, on the built SpeculativeConfig
 PLUGINS_ENV = "VLLM_PLUGINS"  # comma-separated: vLLM loads only the plugins it names (unset: all)
 PLUGIN_NAME = "specdraft"     # our vllm.general_plugins entry point's name (pyproject.toml)
-METRICS_DIR_ATTR = "specdraft_metrics_dir"  # where workers leave figures for process 0
+METRICS_DIR_ATTR = "specdraft_metrics_dir"  # where workers leave counters for process 0
 REQUEST_OPTIONS_KEY = "specdraft"          # SamplingParams.extra_args[...] per-request options
 # The OpenAI server copies a request's "vllm_xargs" (values: strings, numbers, lists; JSON false
 # arrives as 0) into SamplingParams.extra_args; every request of every front end passes

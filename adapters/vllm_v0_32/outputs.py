@@ -39,7 +39,7 @@ def first_step_requests(outputs: Any) -> int | None:
     return sum(1 for t in stamps if t == first)
 
 
-# engine arguments that make generate() outputs carry per-request spec-decode figures (vLLM's
+# engine arguments that make generate() outputs carry per-request spec-decode counters (vLLM's
 # Prometheus registry is per process: with several engines in one process only the last one's
 # global counters survive, so the benchmarks count per request)
 PER_REQUEST_METRICS_ARGS = {"per_request_spec_decode_metrics": "summary"}

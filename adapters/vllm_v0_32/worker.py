@@ -140,6 +140,6 @@ def engine_schedule(llm: Any) -> dict:
 
 def drafter_metrics(llm: Any) -> list[dict | None]:
     """Each worker's ``SpecDrafter.metrics()`` as of now, for an offline ``vllm.LLM`` (None for
-    a worker without a specdraft proposer). The published figures (``engine_metrics``) trail the
+    a worker without a specdraft proposer). The published counters (``engine_metrics``) trail the
     engine and refresh only on steps; this reads the drafter itself, between steps."""
     return llm.collective_rpc(METRICS_METHOD)

@@ -154,5 +154,5 @@ def test_trace_replay_through_the_adapter_matches_specdraft_replay(sglang_cpu, o
     assert totals["ours"][2] > 100  # the trace has real acceptance to compare
     # the last request is finished when the next decode step settles departures
     worker.ngram_corpus.batch_get([], [], [])
-    assert drafter.stats.finished == len(records) and drafter.stats.aborted == 0
-    assert drafter.stats.drafted_tokens == totals["ours"][1]
+    assert drafter.counters.finished == len(records) and drafter.counters.aborted == 0
+    assert drafter.counters.drafted_tokens == totals["ours"][1]

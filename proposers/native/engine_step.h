@@ -53,19 +53,19 @@ class EngineStep {
   int64_t next_handle = 0;  // the drafter's handle counter (shared with its per-request API)
   int64_t total_ns = 0;     // time inside step() since construction (benchmarks read it)
 
-  // Counts since the last take_stats() / take_figures().
-  struct Totals {
+  // Counts since the last take_drafter_counters() / take_engine_counters().
+  struct DrafterCounters {
     int64_t started = 0, finished = 0, aborted = 0, accepted = 0, drafts = 0, drafted = 0;
     int64_t draft_ns = 0;
-  } stats;
-  struct Figures {
+  } drafter_counters;
+  struct EngineCounters {
     int64_t rows = 0, drafts = 0, draft_tokens = 0;
     std::vector<int64_t> length_counts;  // rows per draft length
     // the drafts the engine verified in this step, counted as vLLM's spec_decode counters
     // count them (a row that emitted tokens and had a draft: one draft, its tokens, the
     // accepted ones); the adapter subtracts the draft tokens the engine marked invalid
     int64_t verified_drafts = 0, verified_tokens = 0, verified_accepted = 0;
-  } figures;
+  } engine_counters;
 
   // Forget the rules of every request (the drafter dropped its requests).
   void clear() { rules_.clear(); }
@@ -171,9 +171,9 @@ class EngineStep {
       const int64_t acc = drafted > 0 ? std::min<int64_t>(e - 1, drafted) : -1;
       acc_.push_back(acc);
       if (acc >= 0) {
-        figures.verified_drafts += 1;
-        figures.verified_tokens += drafted;
-        figures.verified_accepted += acc;
+        engine_counters.verified_drafts += 1;
+        engine_counters.verified_tokens += drafted;
+        engine_counters.verified_accepted += acc;
       }
       emit_.push_back(e);
       if (ended) {
@@ -265,7 +265,7 @@ class EngineStep {
     size_t a = 0;
     int64_t drafts = 0;
     size_t filled = 0;
-    if ((int64_t)figures.length_counts.size() < budget + 1) figures.length_counts.resize((size_t)std::max<int64_t>(budget + 1, 1), 0);
+    if ((int64_t)engine_counters.length_counts.size() < budget + 1) engine_counters.length_counts.resize((size_t)std::max<int64_t>(budget + 1, 1), 0);
     for (size_t r = 0; r < m; ++r) {
       const int64_t k = out_.lengths[r];
       if (k < 0 || k > std::max<int64_t>(0, budgets_[r]))
@@ -284,8 +284,8 @@ class EngineStep {
       }
       a += (size_t)k;
       drafts += k > 0;
-      if ((size_t)k >= figures.length_counts.size()) figures.length_counts.resize((size_t)k + 1, 0);
-      figures.length_counts[(size_t)k] += 1;
+      if ((size_t)k >= engine_counters.length_counts.size()) engine_counters.length_counts.resize((size_t)k + 1, 0);
+      engine_counters.length_counts[(size_t)k] += 1;
       ++filled;
     }
     if (a != out_.tokens.size())
@@ -296,18 +296,18 @@ class EngineStep {
         if (!PyList_GET_ITEM(res.ptr(), j)) PyList_SET_ITEM(res.ptr(), j, new_ref_or_throw(PyList_New(0)));
 
     const StepCounts& c = out_.counts;
-    stats.started += c.started;
-    stats.finished += c.finished + ended_counts.finished;
-    stats.aborted += c.aborted;
-    stats.accepted += c.accepted;
-    stats.drafts += drafts;
-    stats.drafted += (int64_t)out_.tokens.size();
-    figures.rows += (int64_t)m;
-    figures.drafts += drafts;
-    figures.draft_tokens += (int64_t)out_.tokens.size();
+    drafter_counters.started += c.started;
+    drafter_counters.finished += c.finished + ended_counts.finished;
+    drafter_counters.aborted += c.aborted;
+    drafter_counters.accepted += c.accepted;
+    drafter_counters.drafts += drafts;
+    drafter_counters.drafted += (int64_t)out_.tokens.size();
+    engine_counters.rows += (int64_t)m;
+    engine_counters.drafts += drafts;
+    engine_counters.draft_tokens += (int64_t)out_.tokens.size();
     const int64_t ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-    stats.draft_ns += ns;
+    drafter_counters.draft_ns += ns;
     total_ns += ns;
     return res;
   }
@@ -376,18 +376,18 @@ void register_engine_step(pybind11::module_& m) {
            "returns one list of draft token ids per row.")
       .def("clear", &EngineStep::clear, "Forget every request's rule (the drafter dropped its requests).")
       .def("forget", &EngineStep::forget, py::arg("handle"))
-      .def("take_stats",
+      .def("take_drafter_counters",
            [](EngineStep& s) {
-             auto t = s.stats;
-             s.stats = EngineStep::Totals{};
+             auto t = s.drafter_counters;
+             s.drafter_counters = EngineStep::DrafterCounters{};
              return py::make_tuple(t.started, t.finished, t.aborted, t.accepted, t.drafts, t.drafted,
                                    (double)t.draft_ns * 1e-9);
            },
            "(started, finished, aborted, accepted, drafts, drafted_tokens, seconds) since the last call.")
-      .def("take_figures",
+      .def("take_engine_counters",
            [](EngineStep& s) {
-             auto f = std::move(s.figures);
-             s.figures = EngineStep::Figures{};
+             auto f = std::move(s.engine_counters);
+             s.engine_counters = EngineStep::EngineCounters{};
              py::list counts;
              for (int64_t c : f.length_counts) counts.append(c);
              return py::make_tuple(f.rows, f.drafts, f.draft_tokens, counts, f.verified_drafts,

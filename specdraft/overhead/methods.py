@@ -235,7 +235,7 @@ class TimedSpecdraft(TimedMethod):
             if self.core_ns_blocks else None,
             "native_core_us_per_request_step_min": round(min(self.core_ns_blocks), 3)
             if self.core_ns_blocks else None,
-            "errors": self.prop.figures["errors"],
+            "errors": self.prop.counters["errors"],
             "prefill_s": round(self.prefill_s, 3),
             "global_tokens_after_prefill": gt,
             "memory_bytes_after_prefill": self.mem_after_prefill,

@@ -14,7 +14,7 @@ its own (a fresh method per workload and batch size), with up to B requests in f
 adaptive controller sizes drafts for the whole batch under the chosen cost model (by default the
 GPU preset for the trace's model size; ``--cost-model medium`` for an 8B shape).
 
-Figures (names as vLLM uses them):
+Counters (names as vLLM uses them):
 
 - tokens per pass: output tokens / target passes (prefill passes included), what sets the
   speedup when verification is cheap;
