@@ -133,12 +133,18 @@ class VllmStep:
         if not (finished or aborted):
             return
         self.finished, self.aborted = [], []
+        self._finish(finished)
+        for req_id in aborted:
+            self.drafter.abort(req_id)
+
+    def _finish(self, req_ids) -> None:
+        """Finish the requests the drafter holds (into the global cache), one by one: an empty
+        step would size an empty batch, which the cost model's next observation would be read
+        against."""
         drafter = self.drafter
-        for req_id in finished:
+        for req_id in req_ids:
             if drafter.has(req_id):
                 drafter.finish(req_id)
-        for req_id in aborted:
-            drafter.abort(req_id)
 
     def forget_events(self) -> None:
         """After a failure: the drafter's state is rebuilt from the engine's history."""
@@ -185,12 +191,8 @@ class VllmStep:
         finally:
             if not tracked and step.req_ids:  # forget the throwaway requests
                 self.drafter.step([], token_ids_cpu, [], [], [], aborted=step.req_ids)
-        # into the global cache now; vLLM's finish notice will find them gone (finished one by
-        # one: an empty step would size an empty batch, which the cost model's next
-        # observation would be read against)
-        for req_id in step.ended:
-            if self.drafter.has(req_id):
-                self.drafter.finish(req_id)
+        # into the global cache now; vLLM's finish notice will find them gone
+        self._finish(step.ended)
         return self.engine_drafts(out, step), out, tracked
 
     def engine_drafts(self, out: Any, step: Any) -> list[list[int]]:
