@@ -13,10 +13,11 @@ tokens a row), the run's share that 1/TPOT measures.
 A pass shape the bench never measured is priced as the nearest size it measured with as many
 rows (``specdraft.bench.measured_cost``), which flatters drafts longer than any it ran.
 Used on the seed-1 traces with the seed-2 benches' measured passes (summary.md)."""
-import json, sys
-from specdraft.replay import load_trace, replay_engine, EngineSchedule
+import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from priced import pass_cost, replay_priced, workload_requests
+from specdraft.replay import load_trace
 from specdraft.replay.methods import METHODS, Method
-from specdraft.bench import select_requests, request_limits, measured_cost, merged_pass_costs
 
 
 class Cut(Method):
@@ -61,11 +62,9 @@ class Cut(Method):
 trace, workload, conc, costjson = sys.argv[1:5]
 conc = int(conc)
 curve = sys.argv[5] if len(sys.argv) > 5 else "cpu-bf16"
-recs, _ = select_requests(load_trace(trace), [workload], 15, 8192)
-lims = request_limits(recs, 128)
-reqs = [(r["prompt_token_ids"], r["output_token_ids"][:l], r["output_token_ids"]) for r, l in zip(recs, lims)]
+recs, reqs = workload_requests(load_trace(trace), workload, 15)
 truths = {tuple(r["prompt_token_ids"]): list(r["prompt_token_ids"]) + list(r["output_token_ids"]) for r in recs}
-cost = measured_cost(merged_pass_costs(json.load(open(costjson))["table"]))
+cost = pass_cost(costjson)
 variants = [("no-drafts", lambda: METHODS["no-drafts"]()),
             ("arctic", lambda: METHODS["arctic-suffix"]()),
             ("arctic-exact", lambda: Cut(METHODS["arctic-suffix"](), truths)),
@@ -76,16 +75,8 @@ variants = [("no-drafts", lambda: METHODS["no-drafts"]()),
             ("sd-fixed-nz", lambda: Cut(METHODS["specdraft-suffix-fixed"](curve), truths, "nz"))]
 ref = {}
 for name, make in variants:
-    decode = [0.0]
-
-    def priced(step, rows, tokens):
-        c = cost(step, rows, tokens)
-        if c and tokens <= rows * 17:  # no prefill chunk in this pass: decode
-            decode[0] += c
-        return c
-
-    r = replay_engine(make(), reqs, 16, EngineSchedule(conc, 4096, 128, True, 7), priced)
-    run = (r["est_seconds"], decode[0])
+    r, decode = replay_priced(make(), reqs, conc, cost)
+    run = (r["est_seconds"], decode)
     ref.setdefault("none", run)
     if name == "arctic":
         ref["arctic"] = run

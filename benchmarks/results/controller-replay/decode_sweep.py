@@ -12,9 +12,10 @@ pass "native": false).
     NREQ=40 python decode_sweep.py TRACE '{}' '{"max_waste": 16}'
 """
 import json, math, os, sys
-from specdraft.replay import load_trace, replay_engine, EngineSchedule
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from priced import pass_cost, replay_priced, workload_requests
+from specdraft.replay import load_trace
 from specdraft.replay.methods import METHODS
-from specdraft.bench import select_requests, request_limits, measured_cost, merged_pass_costs
 
 SETTINGS = [("agentic", 4, "agentic-c4-bf16", "cpu-bf16"), ("agentic", 4, "agentic-c4-fp32", "cpu-fp32"),
             ("code_edit", 4, "code-edit-c4-bf16", "cpu-bf16"), ("code_edit", 4, "code-edit-c4-fp32", "cpu-fp32"),
@@ -23,7 +24,6 @@ SETTINGS = [("agentic", 4, "agentic-c4-bf16", "cpu-bf16"), ("agentic", 4, "agent
 HERE = os.path.dirname(os.path.abspath(__file__))
 patch = os.environ.get("PATCH", "")
 if patch:
-    sys.path.insert(0, HERE)
     import experiments
     if patch == "joint":
         experiments.joint_calibration()
@@ -36,24 +36,14 @@ variants = [json.loads(v) for v in sys.argv[2:]] or [{}]
 nreq = int(os.environ.get("NREQ", "40"))
 data = {}
 for wl, conc, bench, curve in SETTINGS:
-    recs, _ = select_requests(trace, [wl], nreq, 8192)
+    recs, reqs = workload_requests(trace, wl, nreq)
     if not recs:
         continue  # the trace has no such workload
-    lims = request_limits(recs, 128)
-    reqs = [(r["prompt_token_ids"], r["output_token_ids"][:l], r["output_token_ids"]) for r, l in zip(recs, lims)]
-    path = os.path.join(HERE, "..", f"bench-seed2-{bench}.json")
-    cost = measured_cost(merged_pass_costs(json.load(open(path))["table"]))
+    cost = pass_cost(os.path.join(HERE, "..", f"bench-seed2-{bench}.json"))
 
     def run(method):
-        decode = [0.0]
-
-        def priced(step, rows, tokens):
-            c = cost(step, rows, tokens)
-            if c and tokens <= rows * 17:  # no prefill chunk in this pass
-                decode[0] += c
-            return c
-        r = replay_engine(method, reqs, 16, EngineSchedule(conc, 4096, 128, True, 7), priced)
-        return decode[0], r["est_seconds"]
+        r, decode = replay_priced(method, reqs, conc, cost)
+        return decode, r["est_seconds"]
 
     arctic = run(METHODS["arctic-suffix"]())
     row = []
