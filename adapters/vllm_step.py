@@ -60,20 +60,29 @@ class VllmStep:
         self.pass_costs: dict[tuple[int, int], list] = {}
         # the latest passes in order, (rows, tokens, seconds): what the controller was told
         self.pass_log: deque = deque(maxlen=PASS_LOG)
-        self.use_native = True  # False: the plain-Python path even with the native core
+        self._use_native = True
         self.engine: Any = None
+        # A tracked step goes through the native engine step, which also counts the drafts vLLM
+        # verified (the plugin's ``propose`` and its verified-draft hook read this every step:
+        # an attribute, kept current by set_drafter and use_native)
+        self.native = False
         self.set_drafter(drafter)
 
     def set_drafter(self, drafter: Any) -> None:
         self.drafter = drafter
         native = getattr(drafter, "native_engine_step", None)
         self.engine = native() if native is not None else None
+        self.native = self.engine is not None and self._use_native
 
     @property
-    def native(self) -> bool:
-        """A tracked step goes through the native engine step, which also counts the drafts vLLM
-        verified (the plugin's ``propose`` and its verified-draft hook both ask this)."""
-        return self.engine is not None and self.use_native
+    def use_native(self) -> bool:
+        """False: the plain-Python path even with the native core."""
+        return self._use_native
+
+    @use_native.setter
+    def use_native(self, on: bool) -> None:
+        self._use_native = bool(on)
+        self.native = self.engine is not None and self._use_native
 
     # -- runner hooks ------------------------------------------------------------------------------
     def step_begin(self, begin: Any) -> None:

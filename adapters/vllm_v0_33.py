@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from specdraft.adapters.vllm_v0_32 import *  # noqa: F401,F403 - the same facts unless overridden
 from specdraft.adapters.vllm_v0_32 import (  # noqa: F401 - names the star import leaves out
-    _peer_config, _request_speculates, _runner_class, _step_begin)
+    _peer_config, _request_speculates, _runner_class)
 
 SUPPORTED = ((0, 33, 0), (0, 34, 0))
 # 0.33's RejectionSampler.forward passes three more arguments to rejection_sample, and 0.33 has no

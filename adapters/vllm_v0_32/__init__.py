@@ -101,7 +101,6 @@ from specdraft.adapters.vllm_v0_32.runner import (
     StepView,
     _request_speculates,
     _runner_class,
-    _step_begin,
     ended_normally,
     hooked_propose,
     hooked_step_begin,

@@ -92,6 +92,8 @@ def _request_speculates(req_state: Any) -> bool:
 class StepView:
     """Request identity for one ``propose`` call, read from the model runner."""
 
+    __slots__ = ("runner", "scheduler_output")
+
     def __init__(self, runner: Any, scheduler_output: Any):
         self.runner = runner
         self.scheduler_output = scheduler_output
@@ -269,9 +271,15 @@ def _has_params(fn: Callable, names: tuple[str, ...]) -> bool:
 
 
 def hooked_step_begin(hooks: Any, runner: Any, scheduler_output: Any) -> None:
-    """What the wrapped ``execute_model`` does before vLLM's: the step's start, to the hooks."""
+    """What the wrapped ``execute_model`` does before vLLM's: the step's start (a ``StepBegin``),
+    to the hooks. Most steps end no request and start none."""
     try:
-        hooks.step_begin(_step_begin(runner, scheduler_output))
+        started_at = time.perf_counter()
+        ended = scheduler_output.finished_req_ids
+        new_reqs = scheduler_output.scheduled_new_reqs
+        hooks.step_begin(StepBegin(_ended(runner, ended) if ended else (),
+                                   scheduler_output.total_num_scheduled_tokens, started_at,
+                                   _scopes(new_reqs) if new_reqs else ()))
     except Exception as e:  # noqa: BLE001 - never take the engine down
         hooks.failed(e)
 
@@ -384,16 +392,6 @@ def take_step_times(runner: Any) -> list[list] | None:
     if timer is None:
         return []
     return [[r, t, n, secs / n] for (r, t), (n, secs) in sorted(timer["shapes"].items())]
-
-
-def _step_begin(runner: Any, scheduler_output: Any) -> StepBegin:
-    started_at = time.perf_counter()
-    ended = scheduler_output.finished_req_ids
-    new_reqs = scheduler_output.scheduled_new_reqs
-    # (most steps end no request and start none)
-    return StepBegin(_ended(runner, ended) if ended else (),
-                     scheduler_output.total_num_scheduled_tokens, started_at,
-                     _scopes(new_reqs) if new_reqs else ())
 
 
 def _ended(runner: Any, ended: Any) -> list[tuple[str, bool]]:

@@ -357,23 +357,82 @@ class EngineStep {
   std::vector<int64_t> fin_, ab_, handles_v_, rows_, ntok_, nprompt_, budgets_, acc_, emit_, ended_, offs_, starts_;
 };
 
+// EngineStep.step as a METH_FASTCALL | METH_KEYWORDS method: the arguments of EngineStep::step,
+// by position or name, the last two optional. Native errors become Python exceptions as the module's translator makes
+// them (set_python_error, index_errors.h).
+template <class PyCore>
+PyObject* engine_step_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  namespace py = pybind11;
+  static const char* const names[] = {"core", "req_ids", "new_tokens", "num_tokens", "token_buffer",
+                                      "num_prompt_tokens", "verified", "budget", "max_len", "end_len",
+                                      "describe", "finished", "aborted", "scored_tokens", "scored_seconds"};
+  constexpr Py_ssize_t kParams = 15, kRequired = 13;
+  try {
+    // positional first (the engine adapters' call), then keywords by name
+    PyObject* a[kParams] = {};
+    if (nargs > kParams) {
+      PyErr_Format(PyExc_TypeError, "EngineStep.step() takes at most %zd arguments, got %zd", kParams, nargs);
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < nargs; ++i) a[i] = args[i];
+    const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; ++k) {
+      const char* key = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+      if (!key) return nullptr;
+      Py_ssize_t i = 0;
+      while (i < kParams && std::strcmp(key, names[i]) != 0) ++i;
+      if (i == kParams) {
+        std::string known;
+        for (const char* n : names) known += (known.empty() ? "" : ", ") + std::string(n);
+        PyErr_Format(PyExc_TypeError, "EngineStep.step() got an unexpected keyword argument '%s' (its arguments: %s)",
+                     key, known.c_str());
+        return nullptr;
+      }
+      if (a[i]) {
+        PyErr_Format(PyExc_TypeError, "EngineStep.step() got multiple values for argument '%s'", key);
+        return nullptr;
+      }
+      a[i] = args[nargs + k];
+    }
+    for (Py_ssize_t i = 0; i < kRequired; ++i)
+      if (!a[i]) {
+        PyErr_Format(PyExc_TypeError, "EngineStep.step() missing required argument '%s'", names[i]);
+        return nullptr;
+      }
+    EngineStep& s = py::cast<EngineStep&>(py::handle(self));
+    if (!py::isinstance<PyCore>(a[0])) {
+      PyErr_Format(PyExc_TypeError, "EngineStep.step(): core must be the drafter's native core, got %s",
+                   Py_TYPE(a[0])->tp_name);
+      return nullptr;
+    }
+    PyCore& core = py::cast<PyCore&>(py::handle(a[0]));
+    const int64_t budget = to_i64(a[7]), max_len = to_i64(a[8]), end_len = to_i64(a[9]);
+    const int64_t scored_tokens = a[13] ? to_i64(a[13]) : -1;
+    const double scored_seconds = a[14] ? PyFloat_AsDouble(a[14]) : 0.0;
+    if (scored_seconds == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+    py::list res = s.template step<PyCore>(core, a[1], a[2], a[3], a[4], a[5], a[6], budget, max_len,
+                                           end_len, a[10], a[11], a[12], scored_tokens,
+                                           scored_seconds);
+    return res.release().ptr();
+  } catch (py::cast_error& e) {  // core (or self) is not what it must be
+    PyErr_SetString(PyExc_TypeError, (std::string("EngineStep.step(): ") + e.what()).c_str());
+  } catch (...) {
+    set_python_error(std::current_exception());
+  }
+  return nullptr;
+}
+
 // Registers EngineStep on the extension module (PyCore: the module's SuffixCore wrapper, with
 // `core`, `ctl`, `mu` and `stepper`).
 template <class PyCore>
 void register_engine_step(pybind11::module_& m) {
   namespace py = pybind11;
-  py::class_<EngineStep>(m, "EngineStep",
-                         "The engine step from the engine's own arrays to its list[list[int]] (engine_step.h).")
-      .def(py::init<py::dict, int64_t, bool>(), py::arg("handles"), py::arg("vocab_size") = 0,
+  py::class_<EngineStep> cls(m, "EngineStep",
+                             "The engine step from the engine's own arrays to its list[list[int]] (engine_step.h).");
+  cls.def(py::init<py::dict, int64_t, bool>(), py::arg("handles"), py::arg("vocab_size") = 0,
            py::arg("tree") = false)
       .def_readwrite("next_handle", &EngineStep::next_handle)
       .def_readonly("total_ns", &EngineStep::total_ns)
-      .def("step", &EngineStep::step<PyCore>, py::arg("core"), py::arg("req_ids"), py::arg("new_tokens"),
-           py::arg("num_tokens"), py::arg("token_buffer"), py::arg("num_prompt_tokens"), py::arg("verified"),
-           py::arg("budget"), py::arg("max_len"), py::arg("end_len"), py::arg("describe"), py::arg("finished"),
-           py::arg("aborted"), py::arg("scored_tokens") = -1, py::arg("scored_seconds") = 0.0,
-           "One engine step: events, rows (request ids, new tokens, the engine's token buffer), drafts; "
-           "returns one list of draft token ids per row.")
       .def("clear", &EngineStep::clear, "Forget every request's rule (the drafter dropped its requests).")
       .def("forget", &EngineStep::forget, py::arg("handle"))
       .def("take_drafter_counters",
@@ -395,6 +454,18 @@ void register_engine_step(pybind11::module_& m) {
            },
            "(rows, drafts, draft_tokens, rows per draft length, verified drafts, verified draft "
            "tokens, accepted tokens) since the last call.");
+  // `step` is called once per engine step with 15 arguments: a vectorcall method, not a
+  // pybind11 overload, whose dispatch cost about 1 us a call (benchmarks/results/overhead.json).
+  static PyMethodDef step_def = {
+      "step", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&engine_step_call<PyCore>)),
+      METH_FASTCALL | METH_KEYWORDS,
+      "step(core, req_ids, new_tokens, num_tokens, token_buffer, num_prompt_tokens, verified, budget, max_len, "
+      "end_len, describe, finished, aborted, scored_tokens=-1, scored_seconds=0.0)\n\n"
+      "One engine step: events, rows (request ids, new tokens, the engine's token buffer), drafts; "
+      "returns one list of draft token ids per row."};
+  PyObject* descr = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), &step_def);
+  if (!descr) throw py::error_already_set();
+  cls.attr("step") = py::reinterpret_steal<py::object>(descr);
 }
 
 }  // namespace specdraft

@@ -11,6 +11,8 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -23,6 +25,39 @@ namespace specdraft {
 inline PyObject* new_ref_or_throw(PyObject* o) {
   if (!o) throw pybind11::error_already_set();
   return o;
+}
+
+// The pending C++ exception `p` as the Python error the bindings raise for it: KeyErr, ValueErr
+// and AssertErr as KeyError, ValueError and AssertionError, pybind11's own as pybind11 sets
+// them. The module's exception translator, and the methods bound without pybind11's dispatch
+// (EngineStep.step), both go through it.
+inline void set_python_error(std::exception_ptr p) {
+  namespace py = pybind11;
+  try {
+    std::rethrow_exception(p);
+  } catch (const KeyErr& e) {
+    if (e.msg.empty()) {
+      py::int_ k(e.key);
+      PyErr_SetObject(PyExc_KeyError, k.ptr());
+    } else {
+      py::str s(e.msg);
+      PyErr_SetObject(PyExc_KeyError, s.ptr());
+    }
+  } catch (const ValueErr& e) {
+    PyErr_SetString(PyExc_ValueError, e.msg.c_str());
+  } catch (const AssertErr& e) {
+    PyErr_SetString(PyExc_AssertionError, e.msg.c_str());
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "unknown native error");
+  }
 }
 
 // The one conversion of a Python integer (int, numpy integer, anything with __index__) to C++:

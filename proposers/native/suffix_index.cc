@@ -319,19 +319,13 @@ PYBIND11_MODULE(_suffix_native, m) {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const KeyErr& e) {
-      if (e.msg.empty()) {
-        py::int_ k(e.key);
-        PyErr_SetObject(PyExc_KeyError, k.ptr());
-      } else {
-        py::str s(e.msg);
-        PyErr_SetObject(PyExc_KeyError, s.ptr());
-      }
-    } catch (const ValueErr& e) {
-      PyErr_SetString(PyExc_ValueError, e.msg.c_str());
-    } catch (const AssertErr& e) {
-      PyErr_SetString(PyExc_AssertionError, e.msg.c_str());
-    }
+    } catch (const KeyErr&) {
+      set_python_error(p);
+    } catch (const ValueErr&) {
+      set_python_error(p);
+    } catch (const AssertErr&) {
+      set_python_error(p);
+    }  // anything else: pybind11's own translators
   });
 
   // ------------------------------------------------------------------------- SuffixIndex
