@@ -35,8 +35,10 @@ Workload (all methods see the same token streams):
   previous draft: the longest draft prefix that matches the ground truth, plus one token (so each
   method advances at its own acceptance rate over the same streams; the report includes tokens
   per step). A request that ends is reported to specdraft with the next step's events (vLLM's
-  ``finished_req_ids``), so feeding it to the global cache is inside the timed step; arctic's
-  ``stop_request`` is timed separately (``finish_ms_per_request``).
+  ``finished_req_ids``), so feeding it to the global cache is inside the timed step; for arctic
+  the request leaves the runner's batch and the next ``propose`` stops it in the suffix cache
+  (vLLM 0.32 stops "requests that were not seen in the input batch" there), inside the timed step
+  too.
 * Methods alternate in blocks of ``--block-steps`` steps (A B C A B C ...); each block's time
   divided by its request-steps is one sample. On a shared machine single timings swing widely:
   the report gives each method's fastest block and median block, and specdraft's ratios to the

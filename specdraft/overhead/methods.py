@@ -39,14 +39,14 @@ class TimedMethod:
         self.appended = 0
         self.drafted = 0
         self.accepted = 0
-        self.finish_ns = 0
         self.finished = 0
 
     def done(self) -> bool:
         return not self.live
 
     # subclasses: prepare(live), untimed runner work before a step; step(live) -> one draft
-    # (token list) per live request, timed; finish(i), timed separately
+    # (token list) per live request, timed; finish(i): the request left the batch (untimed runner
+    # work; a method that cleans up does it inside its next timed step, as vLLM runs it)
     def prepare(self, live: list[int]) -> None:
         pass
 
@@ -79,9 +79,7 @@ class TimedMethod:
                 truth = self.truths[i]
                 left = len(truth) - self.pos[i]
                 if left <= 0:
-                    t1 = time.perf_counter_ns()
                     self.finish(i)
-                    self.finish_ns += time.perf_counter_ns() - t1
                     self.finished += 1
                     continue
                 acc = accepted_len(d, truth, self.pos[i])
@@ -280,8 +278,10 @@ class TimedArctic(TimedMethod):
         return [rows[i] for i in live]
 
     def finish(self, i):
-        # vLLM's runner stops the request in the suffix cache when it leaves the batch
-        self.prop.suffix_cache.stop_request(self.runner.batch.req_ids[i])
+        # vLLM's runner drops the request from its batch (untimed, as for every method); the next
+        # propose stops it in the suffix cache ("requests that were not seen in the input batch"),
+        # inside the timed step, as specdraft's finish is inside its next step
+        del self.runner.batch.req_id_to_index[self.runner.batch.req_ids[i]]
 
     def summary(self):
         out = super().summary()
@@ -290,7 +290,6 @@ class TimedArctic(TimedMethod):
             "max_cached_requests": self.max_cached,
             "prefill_s": round(self.prefill_s, 3),
             "global_tokens_after_prefill": self.prefill_tokens,
-            "finish_ms_per_request": round(self.finish_ns / 1e6 / max(self.finished, 1), 3),
         })
         return out
 
