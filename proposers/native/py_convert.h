@@ -27,26 +27,38 @@ inline PyObject* new_ref_or_throw(PyObject* o) {
   return o;
 }
 
-// The pending C++ exception `p` as the Python error the bindings raise for it: KeyErr, ValueErr
-// and AssertErr as KeyError, ValueError and AssertionError, pybind11's own as pybind11 sets
-// them. The module's exception translator, and the methods bound without pybind11's dispatch
-// (EngineStep.step), both go through it.
-inline void set_python_error(std::exception_ptr p) {
-  namespace py = pybind11;
+// The index's own errors (KeyErr, ValueErr, AssertErr) as KeyError, ValueError and
+// AssertionError; false, with nothing set, for any other exception. The module's exception
+// translator passes those on to pybind11's.
+inline bool set_index_error(std::exception_ptr p) {
   try {
     std::rethrow_exception(p);
   } catch (const KeyErr& e) {
     if (e.msg.empty()) {
-      py::int_ k(e.key);
+      pybind11::int_ k(e.key);
       PyErr_SetObject(PyExc_KeyError, k.ptr());
     } else {
-      py::str s(e.msg);
+      pybind11::str s(e.msg);
       PyErr_SetObject(PyExc_KeyError, s.ptr());
     }
   } catch (const ValueErr& e) {
     PyErr_SetString(PyExc_ValueError, e.msg.c_str());
   } catch (const AssertErr& e) {
     PyErr_SetString(PyExc_AssertionError, e.msg.c_str());
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+// Any pending C++ exception as the Python error the bindings raise for it: the index's own as
+// set_index_error sets them, pybind11's as pybind11 sets them. For methods bound without
+// pybind11's dispatch (EngineStep.step).
+inline void set_python_error(std::exception_ptr p) {
+  namespace py = pybind11;
+  if (set_index_error(p)) return;
+  try {
+    std::rethrow_exception(p);
   } catch (py::error_already_set& e) {
     e.restore();
   } catch (const py::builtin_exception& e) {

@@ -317,15 +317,7 @@ PYBIND11_MODULE(_suffix_native, m) {
   register_engine_step<PyCore>(m);  // EngineStep (engine_step.h)
 
   py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const KeyErr&) {
-      set_python_error(p);
-    } catch (const ValueErr&) {
-      set_python_error(p);
-    } catch (const AssertErr&) {
-      set_python_error(p);
-    }  // anything else: pybind11's own translators
+    if (p && !set_index_error(p)) std::rethrow_exception(p);  // anything else: pybind11's own
   });
 
   // ------------------------------------------------------------------------- SuffixIndex

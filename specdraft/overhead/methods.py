@@ -39,7 +39,6 @@ class TimedMethod:
         self.appended = 0
         self.drafted = 0
         self.accepted = 0
-        self.finished = 0
 
     def done(self) -> bool:
         return not self.live
@@ -80,7 +79,6 @@ class TimedMethod:
                 left = len(truth) - self.pos[i]
                 if left <= 0:
                     self.finish(i)
-                    self.finished += 1
                     continue
                 acc = accepted_len(d, truth, self.pos[i])
                 self.drafted += len(d)
