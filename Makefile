@@ -13,7 +13,7 @@ demo: setup-demo
 	SPECDRAFT_HOME=$${SPECDRAFT_HOME:-$(CURDIR)/.cache/specdraft} .venv/bin/specdraft demo
 
 test: setup
-	.venv/bin/python -m pytest -q -ra
+	.venv/bin/python -m pytest -q -ra --durations=25
 
 test-fast: setup
 	.venv/bin/python -m pytest -q -ra tests
