@@ -11,7 +11,7 @@ This module imports no engine and holds no vLLM-version fact.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 HOOKS_ATTR = "specdraft_hooks"
 
@@ -20,14 +20,18 @@ HOOKS_ATTR = "specdraft_hooks"
 class RunnerHooks:
     """A proposer's side of the vLLM adapter's wrappers."""
 
-    # execute_model's start: the adapter's StepBegin (requests that ended since the last step,
-    # tokens scheduled, new requests' scopes, the step's start time)
-    step_begin: Callable[[Any], None]
-    # around propose: the adapter's StepView over the runner's batch, then None
-    bind: Callable[[Any], None]
-    # before propose: the step's view and sampled rows, whose verified drafts the proposer
-    # counts as vLLM counts them (the view's ``verified``), or leaves to its native step
-    verified: Callable[[Any, list], None]
+    # execute_model's start, as positional arguments (no object built each step): the requests
+    # that ended since the last step as (req_id, aborted), the tokens scheduled, the step's start
+    # time (perf_counter), new requests' (req_id, scope)
+    step_begin: Callable[[Sequence[tuple[str, bool]], int, float, Sequence[tuple[str, str]]], None]
+    # the same for a step that ended no request and started none (most steps): (tokens scheduled,
+    # start time), one tuple, so that the proposer can take it without a Python frame
+    step_started: Callable[[tuple[int, float]], None]
+    # around propose: vLLM's runner and scheduler output (the proposer's adapter ``StepView``
+    # reads them) and the rows vLLM sampled this step, whose verified drafts the proposer counts
+    # as vLLM counts them (the view's ``verified``) or leaves to its native step; then
+    # (None, None, None)
+    bind: Callable[[Any, Any, Any], None]
     # a hook raised: counted and logged; the engine goes on
     failed: Callable[[Exception], None]
     # the worker's counters (the adapter's METRICS_METHOD)

@@ -25,7 +25,6 @@ import numpy as np
 # the drafter drops requests the runner no longer holds.
 RETAIN_EVERY = 64
 PASS_LOG = 1 << 16  # passes kept in order for benchmarks (about 3 MB at most)
-PASS_SHAPES = 1 << 14  # pass shapes whose mean cost is kept (about 2 MB at most)
 
 
 class _Speculates(dict):
@@ -54,11 +53,9 @@ class VllmStep:
         self.step_started: tuple[int, float] | None = None
         self.speculates = _Speculates()
         self.steps = 0
-        # measured pass cost: (rows, tokens scored) -> [passes, seconds], what the engine's
-        # verification actually costs by batch and tokens (read by benchmarks; at most
-        # PASS_SHAPES shapes: past that, new shapes are only in pass_log)
-        self.pass_costs: dict[tuple[int, int], list] = {}
-        # the latest passes in order, (rows, tokens, seconds): what the controller was told
+        # the latest passes in order, (rows, tokens scored, seconds): what the controller was
+        # told, and what the engine's verification actually costs by batch and tokens (read by
+        # benchmarks, between steps; a step only appends)
         self.pass_log: deque = deque(maxlen=PASS_LOG)
         self._use_native = True
         self.engine: Any = None
@@ -85,17 +82,18 @@ class VllmStep:
         self.native = self.engine is not None and self._use_native
 
     # -- runner hooks ------------------------------------------------------------------------------
-    def step_begin(self, begin: Any) -> None:
-        for req_id, aborted in begin.finished:
-            (self.aborted if aborted else self.finished).append(req_id)
-            self.speculates.pop(req_id, None)
-        for req_id, scope in begin.scopes:  # before its first row: it starts in its scope
-            if not self.drafter.has(req_id):
-                self.drafter.set_scope(req_id, scope)
-        self.step_started = (begin.num_scheduled_tokens, begin.started_at)
-
-    def bind(self, view: Any) -> None:
-        self.view = view
+    def step_begin(self, finished: Any, num_scheduled_tokens: int, started_at: float,
+                   scopes: Any) -> None:
+        """The runner hooks' ``step_begin`` (specdraft.adapters.vllm_hooks.RunnerHooks)."""
+        if finished:
+            for req_id, aborted in finished:
+                (self.aborted if aborted else self.finished).append(req_id)
+                self.speculates.pop(req_id, None)
+        if scopes:
+            for req_id, scope in scopes:  # before its first row: it starts in its scope
+                if not self.drafter.has(req_id):
+                    self.drafter.set_scope(req_id, scope)
+        self.step_started = (num_scheduled_tokens, started_at)
 
     def propose_native(self, args: tuple, kwargs: dict) -> list[list[int]]:
         """vLLM's propose call (inside the runner hook) as one native engine step."""
@@ -112,25 +110,27 @@ class VllmStep:
         else:
             self.step_started = None
             scored, seconds = started[0], time.perf_counter() - started[1]
-            self.count_pass(len(args[0]) if args else len(kwargs["sampled_token_ids"]), scored,
-                            seconds)
+            self.pass_log.append((len(args[0]) if args else len(kwargs["sampled_token_ids"]),
+                                  scored, seconds))  # count_pass, inline
         engine, core = self.engine
         return self.view.engine_step(engine, core, args, kwargs, self.num_speculative_tokens,
                                      self.max_model_len, finished, aborted, scored, seconds)
 
     def count_pass(self, rows: int, tokens: int, seconds: float) -> None:
         self.pass_log.append((rows, tokens, seconds))
-        cell = self.pass_costs.get((rows, tokens))
-        if cell is None:
-            if len(self.pass_costs) < PASS_SHAPES:
-                self.pass_costs[rows, tokens] = [1, seconds]
-        else:
-            cell[0] += 1
-            cell[1] += seconds
 
     def measured_pass_costs(self) -> list[list]:
-        """[rows, tokens scored, passes, mean seconds] per shape measured so far."""
-        return [[r, t, n, s / n] for (r, t), (n, s) in sorted(self.pass_costs.items())]
+        """[rows, tokens scored, passes, mean seconds] per shape, over the passes in the log
+        (the latest PASS_LOG)."""
+        costs: dict[tuple[int, int], list] = {}
+        for rows, tokens, seconds in self.pass_log:
+            cell = costs.get((rows, tokens))
+            if cell is None:
+                costs[rows, tokens] = [1, seconds]
+            else:
+                cell[0] += 1
+                cell[1] += seconds
+        return [[r, t, n, s / n] for (r, t), (n, s) in sorted(costs.items())]
 
     def apply_end_events(self) -> None:
         """Requests that ended since the last ``propose`` leave the drafter now (finished ones

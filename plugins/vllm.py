@@ -23,6 +23,7 @@ the failure is counted (``specdraft:errors_total``) and logged once.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -130,9 +131,10 @@ class SpecdraftProposer:
         self.drafter = self.build_drafter(drafter_options, vllm_config)
         self.steps = VllmStep(self.adapter, self.drafter, self.num_speculative_tokens,
                               self.max_model_len, self.vocab_size)
+        self._view = self.adapter.StepView(None, None)  # bound to each step's runner (_bind)
         self._stateless_logged = False
         self._error_logged = False
-        # drafts/draft_tokens/accepted_tokens: as vLLM verified them (_count_verified);
+        # drafts/draft_tokens/accepted_tokens: as vLLM verified them (_bind);
         # proposed_*: what this proposer handed over (vLLM drops those of finished requests).
         self.counters = {"steps": 0, "proposer_seconds": 0.0, "rows": 0, "drafts": 0,
                         "draft_tokens": 0, "accepted_tokens": 0, "proposed_drafts": 0,
@@ -145,7 +147,9 @@ class SpecdraftProposer:
         # what the adapter's runner wrappers and worker methods call (every step: the step's
         # methods themselves, bound once)
         self.specdraft_hooks = RunnerHooks(
-            step_begin=self.steps.step_begin, bind=self.steps.bind, verified=self._count_verified,
+            step_begin=self.steps.step_begin, bind=self._bind,
+            # every step: a C-level setattr, no Python frame
+            step_started=functools.partial(setattr, self.steps, "step_started"),
             failed=self._failed, metrics=self.worker_metrics, reset=self.reset_cross_request_state)
         reason = self.adapter.install_runner_hooks()
         self.hook_problem = reason
@@ -208,18 +212,30 @@ class SpecdraftProposer:
         cached = self.drafter.metrics().get("global_cache_tokens", 0)
         self.steps.forget_events()
         self.steps.step_started = None
-        self.steps.pass_costs.clear()
         self.steps.pass_log.clear()
         self._count_lengths()  # the counters of the drafter that goes
         self.drafter = self.build_drafter(*self._drafter_args)
         self.steps.set_drafter(self.drafter)
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
 
-    def _count_verified(self, view: Any, sampled_token_ids: list[list[int]]) -> None:
-        """Drafts vLLM verified in this step, counted as vLLM's spec_decode counters count them.
-        The native engine step counts them itself as it reads the rows (``_count_lengths``
-        takes its counts); only draft tokens the engine marked invalid are taken off here."""
-        if self.steps.native:
+    def _bind(self, runner: Any, scheduler_output: Any,
+              sampled_token_ids: list[list[int]] | None) -> None:
+        """The runner hooks' ``bind``: the step's view for ``propose`` (one ``StepView``, pointed
+        at this step's runner and scheduler output; None after it), and the drafts vLLM
+        verified in this step, counted as vLLM's spec_decode counters count them. The native
+        engine step counts them itself as it reads the rows (``_count_lengths`` takes its
+        counts); only draft tokens the engine marked invalid are taken off here."""
+        steps = self.steps
+        if runner is None:
+            steps.view = None
+            return
+        view = self._view
+        view.runner = runner
+        view.scheduler_output = scheduler_output
+        steps.view = view
+        if sampled_token_ids is None:
+            return
+        if steps.native:
             invalid = view.invalid_draft_tokens(sampled_token_ids)
             if invalid:
                 self.counters["draft_tokens"] -= invalid
@@ -256,7 +272,7 @@ class SpecdraftProposer:
                                                   token_ids_cpu)
         self.tracked = self.tracked or tracked
         # what the proposer handed over; drafts/draft_tokens/accepted_tokens count what vLLM
-        # verified (_count_verified), as vLLM's spec_decode counters do
+        # verified (_bind), as vLLM's spec_decode counters do
         with self._counters_lock:
             self.counters["proposed_draft_tokens"] += out.tokens.shape[0]
             self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)

@@ -134,17 +134,16 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
         runner = SimpleNamespace(input_batch=input_batch, requests=requests)
         out = SimpleNamespace(scheduled_spec_decode_tokens=scheduled,
                               num_spec_tokens_to_schedule=rng.choice([0, k, max(1, k - 2)]))
-        view = adapter.StepView(runner, out)
         started_at = clock[0] - rng.choice([0.001, 0.02, 0.3])
         scored = sum(map(len, sampled)) + sum(map(len, scheduled.values()))
         answers = []
         begin = rng.random() < 0.9 or step == 0  # else the step's events never arrive
         for prop in (native, twin):
             if begin:
-                prop.specdraft_hooks.step_begin(adapter.StepBegin(list(ended), scored, started_at))
-            prop.specdraft_hooks.bind(view)
+                prop.specdraft_hooks.step_begin(list(ended), scored, started_at, ())
+            prop.specdraft_hooks.bind(runner, out, sampled)
             answers.append(prop.propose(sampled, num_tokens, buf, slot_mappings=None))
-            prop.specdraft_hooks.bind(None)
+            prop.specdraft_hooks.bind(None, None, None)
         assert native.counters["errors"] == twin.counters["errors"] == 0, f"step {step}"
         assert answers[0] == answers[1], f"step {step}"
         drafts = answers[0]
@@ -195,7 +194,6 @@ def test_a_bad_token_in_vllms_buffer_costs_one_step_of_drafts_not_the_engine():
     buffer) returns no drafts for the step, is counted, and the next step drafts again."""
     from specdraft.plugins.vllm import SpecdraftProposer
 
-    adapter = vllm_adapter()
     prop = SpecdraftProposer(_config(4, 64, {"native": True, "cost_model": "gpu"}))
     assert prop.steps.engine is not None
     hist = [3, 4, 5, 3, 4, 5, 3, 4]
@@ -205,14 +203,13 @@ def test_a_bad_token_in_vllms_buffer_costs_one_step_of_drafts_not_the_engine():
 
     def call(sampled, n):
         batch = SimpleNamespace(req_ids=["a"], num_prompt_tokens=np.array([7], dtype=np.int32))
-        view = adapter.StepView(SimpleNamespace(input_batch=batch, requests={"a": req}),
-                                SimpleNamespace(scheduled_spec_decode_tokens={},
-                                                num_spec_tokens_to_schedule=4))
-        prop.specdraft_hooks.bind(view)
+        runner = SimpleNamespace(input_batch=batch, requests={"a": req})
+        out = SimpleNamespace(scheduled_spec_decode_tokens={}, num_spec_tokens_to_schedule=4)
+        prop.specdraft_hooks.bind(runner, out, sampled)
         try:
             return prop.propose(sampled, np.array([n], dtype=np.int32), buf)
         finally:
-            prop.specdraft_hooks.bind(None)
+            prop.specdraft_hooks.bind(None, None, None)
 
     buf[0, 3] = VOCAB + 5  # out of range: the engine step refuses the row
     assert call([[4]], 8) == [[]]

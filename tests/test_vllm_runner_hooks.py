@@ -137,10 +137,11 @@ def test_a_failing_step_begin_is_counted_and_the_engine_steps_on(hooked, monkeyp
     prop = SuffixProposer(_config())
     runner = hooked(prop)
 
-    def boom(begin):
+    def boom(*begin):
         raise RuntimeError("injected")
 
     monkeypatch.setattr(prop.specdraft_hooks, "step_begin", boom)
+    monkeypatch.setattr(prop.specdraft_hooks, "step_started", boom)
     assert _step(runner, [5, 6, 7, 8], [[8]], _out()) == [[]]
     assert runner.executed == 1 and prop.counters["errors"] == 1
 

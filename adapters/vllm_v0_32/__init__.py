@@ -29,7 +29,7 @@ module ``specdraft.adapters.vllm_adapter()`` returns):
   adapter reads in vLLM's source (checked by tests/test_vllm_source_contract.py);
 * ``config``: process 0's hooks (options routing, request checks, scope transport) and what a
   worker reads of the engine's configuration;
-* ``runner``: the model-runner hooks, ``StepBegin``, ``StepView`` and ``StepRows``;
+* ``runner``: the model-runner hooks, ``StepView`` and ``StepRows``;
 * ``sampler``: the CPU rejection-sampler fixes;
 * ``worker``: the worker methods called through ``collective_rpc`` and helpers on an offline
   ``vllm.LLM``;
@@ -96,7 +96,6 @@ from specdraft.adapters.vllm_v0_32.peers import (
 )
 from specdraft.adapters.vllm_v0_32.runner import (
     PROPOSE_PARAMS,
-    StepBegin,
     StepRows,
     StepView,
     _request_speculates,
@@ -148,7 +147,7 @@ __all__ = [
     "install_config_hook", "install_request_check", "install_scope_transport",
     "set_request_scope", "request_scope",
     # runner
-    "StepBegin", "StepView", "StepRows", "ended_normally", "stopped_in_step", "PROPOSE_PARAMS",
+    "StepView", "StepRows", "ended_normally", "stopped_in_step", "PROPOSE_PARAMS",
     "propose_arguments", "stateless_rows", "install_runner_hooks",
     "hooked_step_begin", "hooked_propose",
     # sampler

@@ -1,6 +1,6 @@
 """vLLM 0.32 model-runner hooks: request identity for each ``propose`` call.
 
-``install_runner_hooks`` wraps ``GPUModelRunner.execute_model`` (a ``StepBegin``: the requests
+``install_runner_hooks`` wraps ``GPUModelRunner.execute_model`` (the step's begin: the requests
 that ended since the last step, the tokens scheduled, new requests' scopes) and
 ``propose_draft_token_ids`` (a bound ``StepView`` over the runner's batch and scheduler output).
 ``StepRows`` is one propose call as ``SpecDrafter.step`` arguments.
@@ -20,16 +20,6 @@ import numpy as np
 from specdraft.adapters.vllm_hooks import HOOKS_ATTR
 from specdraft.adapters.vllm_v0_32.config import request_scope
 from specdraft.proposers.base import accepted_count
-
-
-@dataclasses.dataclass(slots=True)
-class StepBegin:
-    """What a step tells before the runner updates its batch."""
-
-    finished: Sequence[tuple[str, bool]]  # (req_id, aborted): requests that ended since last step
-    num_scheduled_tokens: int         # tokens the target scores this step
-    started_at: float                 # perf_counter() at execute_model entry
-    scopes: Sequence[tuple[str, str]] = ()  # (req_id, scope) of new salted requests
 
 
 def _stop_token_ids(sampling_params: Any) -> set[int]:
@@ -99,8 +89,8 @@ class StepView:
         self.scheduler_output = scheduler_output
 
     def budget(self, num_speculative_tokens: int) -> int:
-        n = getattr(self.scheduler_output, "num_spec_tokens_to_schedule", 0) or 0
-        return min(num_speculative_tokens, n) if n > 0 else num_speculative_tokens
+        n = getattr(self.scheduler_output, "num_spec_tokens_to_schedule", None)
+        return n if n and 0 < n < num_speculative_tokens else num_speculative_tokens
 
     def verified(self, sampled_token_ids: list[list[int]]) -> tuple[int, int, int]:
         """(drafts, draft tokens, accepted tokens) verified in this step, counted as the
@@ -271,37 +261,39 @@ def _has_params(fn: Callable, names: tuple[str, ...]) -> bool:
 
 
 def hooked_step_begin(hooks: Any, runner: Any, scheduler_output: Any) -> None:
-    """What the wrapped ``execute_model`` does before vLLM's: the step's start (a ``StepBegin``),
-    to the hooks. Most steps end no request and start none."""
+    """What the wrapped ``execute_model`` does before vLLM's: the step's start, to the hooks
+    (``RunnerHooks.step_begin``: the requests that ended since the last step as (req_id,
+    aborted), the tokens scheduled, the start time, new requests' (req_id, scope)). Most steps
+    end no request and start none: those go to ``step_started`` (tokens scheduled, start time)."""
     try:
         started_at = time.perf_counter()
         ended = scheduler_output.finished_req_ids
         new_reqs = scheduler_output.scheduled_new_reqs
-        hooks.step_begin(StepBegin(_ended(runner, ended) if ended else (),
-                                   scheduler_output.total_num_scheduled_tokens, started_at,
-                                   _scopes(new_reqs) if new_reqs else ()))
+        if ended or new_reqs:
+            hooks.step_begin(_ended(runner, ended) if ended else (),
+                             scheduler_output.total_num_scheduled_tokens, started_at,
+                             _scopes(new_reqs) if new_reqs else ())
+        else:
+            hooks.step_started((scheduler_output.total_num_scheduled_tokens, started_at))
     except Exception as e:  # noqa: BLE001 - never take the engine down
         hooks.failed(e)
 
 
 def hooked_propose(hooks: Any, propose: Callable, runner: Any, scheduler_output: Any,
                    args: tuple, kwargs: dict) -> Any:
-    """The wrapped ``propose_draft_token_ids``: the drafts vLLM verified this step, to the
-    hooks, then vLLM's ``propose`` with the step's view bound (the benchmark of the proposer's
-    cost calls this too, so it times what the engine runs)."""
-    view = StepView(runner, scheduler_output)
-    sampled = args[0] if args else kwargs.get("sampled_token_ids")
-    if sampled is not None:
-        try:
-            hooks.verified(view, sampled)
-        except Exception as e:  # noqa: BLE001 - never take the engine down
-            hooks.failed(e)
+    """The wrapped ``propose_draft_token_ids``: the runner and the scheduler's output bound (the
+    proposer's ``StepView`` over them) with the rows vLLM sampled (whose verified drafts the
+    hooks count), vLLM's ``propose``, then unbound (the benchmark of the proposer's cost calls
+    this too, so it times what the engine runs)."""
     bind = hooks.bind
-    bind(view)
+    try:
+        bind(runner, scheduler_output, args[0] if args else kwargs.get("sampled_token_ids"))
+    except Exception as e:  # noqa: BLE001 - never take the engine down (the view is bound)
+        hooks.failed(e)
     try:
         return propose(runner, scheduler_output, *args, **kwargs)
     finally:
-        bind(None)
+        bind(None, None, None)
 
 
 def install_runner_hooks() -> str | None:
