@@ -84,15 +84,14 @@ class VllmStep:
     # -- runner hooks ------------------------------------------------------------------------------
     def step_begin(self, finished: Any, num_scheduled_tokens: int, started_at: float,
                    scopes: Any) -> None:
-        """The runner hooks' ``step_begin`` (specdraft.adapters.vllm_hooks.RunnerHooks)."""
-        if finished:
-            for req_id, aborted in finished:
-                (self.aborted if aborted else self.finished).append(req_id)
-                self.speculates.pop(req_id, None)
-        if scopes:
-            for req_id, scope in scopes:  # before its first row: it starts in its scope
-                if not self.drafter.has(req_id):
-                    self.drafter.set_scope(req_id, scope)
+        """The runner hooks' ``step_begin`` (specdraft.adapters.vllm_hooks.RunnerHooks); steps
+        that ended no request and started none go to ``step_started`` instead."""
+        for req_id, aborted in finished:
+            (self.aborted if aborted else self.finished).append(req_id)
+            self.speculates.pop(req_id, None)
+        for req_id, scope in scopes:  # before its first row: it starts in its scope
+            if not self.drafter.has(req_id):
+                self.drafter.set_scope(req_id, scope)
         self.step_started = (num_scheduled_tokens, started_at)
 
     def propose_native(self, args: tuple, kwargs: dict) -> list[list[int]]:
