@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray", reason="the [ray] extra is installed by scripts
 pytest.importorskip("ray.serve.llm")
 httpx = pytest.importorskip("httpx")
 
-from conftest import KV_CACHE_BYTES, MAX_MODEL_LEN  # noqa: E402
+from conftest import KV_CACHE_BYTES, MAX_MODEL_LEN, start_local_ray  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -45,11 +45,12 @@ def serve_cluster():
     # Ray kills workers when the whole machine is short of memory, whoever holds it; these
     # tests' own processes are small, so a busy shared machine must not fail them.
     os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
-    metrics_port = _free_port()  # Ray's Prometheus endpoint; metrics reported every second
-    ray.init(num_cpus=2, include_dashboard=False, namespace="specdraft-serve-test",
-             log_to_driver=False, _node_ip_address="127.0.0.1",
-             _metrics_export_port=metrics_port,
-             _system_config={"metrics_report_interval_ms": 1000})
+    # _metrics_export_port: Ray's Prometheus endpoint; metrics reported every second.
+    started = start_local_ray(lambda: dict(
+        num_cpus=2, include_dashboard=False, namespace="specdraft-serve-test",
+        log_to_driver=False, _node_ip_address="127.0.0.1", _metrics_export_port=_free_port(),
+        _system_config={"metrics_report_interval_ms": 1000}))
+    metrics_port = started["_metrics_export_port"]
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics"

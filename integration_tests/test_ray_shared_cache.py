@@ -17,6 +17,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the [ray] extra is installed by scripts/setup.sh")
 
+from conftest import start_local_ray  # noqa: E402
 from specdraft.adapters import ray_store  # noqa: E402
 from specdraft.proposers import shared_cache  # noqa: E402
 
@@ -28,9 +29,9 @@ def cluster():
     # Ray kills workers when the whole machine is short of memory, whoever holds it; these
     # tests' own processes are small, so a busy shared machine must not fail them.
     os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
-    ray.init(num_cpus=2, include_dashboard=False, namespace="specdraft-test",
-             log_to_driver=False, _node_ip_address="127.0.0.1",
-             runtime_env={"env_vars": {"PYTHONNOUSERSITE": "1"}})
+    start_local_ray(lambda: dict(num_cpus=2, include_dashboard=False, namespace="specdraft-test",
+                                 log_to_driver=False, _node_ip_address="127.0.0.1",
+                                 runtime_env={"env_vars": {"PYTHONNOUSERSITE": "1"}}))
     yield
     ray.shutdown()
 
