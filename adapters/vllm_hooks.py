@@ -29,9 +29,10 @@ class RunnerHooks:
     step_started: Callable[[tuple[int, float]], None]
     # around propose: vLLM's runner and scheduler output (the proposer's adapter ``StepView``
     # reads them) and the rows vLLM sampled this step, whose verified drafts the proposer counts
-    # as vLLM counts them (the view's ``verified``) or leaves to its native step; then
-    # (None, None, None)
+    # as vLLM counts them (the view's ``verified``) or leaves to its native step
     bind: Callable[[Any, Any, Any], None]
+    # after propose: the step's view released (the proposer can take it without a Python frame)
+    unbind: Callable[[], None]
     # a hook raised: counted and logged; the engine goes on
     failed: Callable[[Exception], None]
     # the worker's counters (the adapter's METRICS_METHOD)

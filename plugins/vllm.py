@@ -148,8 +148,9 @@ class SpecdraftProposer:
         # methods themselves, bound once)
         self.specdraft_hooks = RunnerHooks(
             step_begin=self.steps.step_begin, bind=self._bind,
-            # every step: a C-level setattr, no Python frame
+            # every step: C-level setattrs, no Python frame
             step_started=functools.partial(setattr, self.steps, "step_started"),
+            unbind=functools.partial(setattr, self.steps, "view", None),
             failed=self._failed, metrics=self.worker_metrics, reset=self.reset_cross_request_state)
         reason = self.adapter.install_runner_hooks()
         self.hook_problem = reason
@@ -224,11 +225,9 @@ class SpecdraftProposer:
         at this step's runner and scheduler output; None after it), and the drafts vLLM
         verified in this step, counted as vLLM's spec_decode counters count them. The native
         engine step counts them itself as it reads the rows (``_count_lengths`` takes its
-        counts); only draft tokens the engine marked invalid are taken off here."""
+        counts); only draft tokens the engine marked invalid are taken off here. The hooks'
+        ``unbind`` drops the view after ``propose``."""
         steps = self.steps
-        if runner is None:
-            steps.view = None
-            return
         view = self._view
         view.runner = runner
         view.scheduler_output = scheduler_output

@@ -143,7 +143,7 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
                 prop.specdraft_hooks.step_begin(list(ended), scored, started_at, ())
             prop.specdraft_hooks.bind(runner, out, sampled)
             answers.append(prop.propose(sampled, num_tokens, buf, slot_mappings=None))
-            prop.specdraft_hooks.bind(None, None, None)
+            prop.specdraft_hooks.unbind()
         assert native.counters["errors"] == twin.counters["errors"] == 0, f"step {step}"
         assert answers[0] == answers[1], f"step {step}"
         drafts = answers[0]
@@ -209,7 +209,7 @@ def test_a_bad_token_in_vllms_buffer_costs_one_step_of_drafts_not_the_engine():
         try:
             return prop.propose(sampled, np.array([n], dtype=np.int32), buf)
         finally:
-            prop.specdraft_hooks.bind(None, None, None)
+            prop.specdraft_hooks.unbind()
 
     buf[0, 3] = VOCAB + 5  # out of range: the engine step refuses the row
     assert call([[4]], 8) == [[]]

@@ -175,7 +175,8 @@ class StepView:
         ``token_ids_cpu[i, :num_tokens_no_spec[i]]``, and ``num_tokens_no_spec[i]`` equals
         ``requests[req_ids[i]].num_tokens`` (= ``num_prompt_tokens[i]`` + its output tokens).
         """
-        sampled, num_tokens_no_spec, token_ids_cpu = propose_arguments(args, kwargs)
+        sampled, num_tokens_no_spec, token_ids_cpu = (
+            args if len(args) == 3 else propose_arguments(args, kwargs))  # 0.32: three by position
         batch = self.runner.input_batch
         out = self.scheduler_output
         return engine.step(core, batch.req_ids, sampled, num_tokens_no_spec, token_ids_cpu,
@@ -285,15 +286,14 @@ def hooked_propose(hooks: Any, propose: Callable, runner: Any, scheduler_output:
     proposer's ``StepView`` over them) with the rows vLLM sampled (whose verified drafts the
     hooks count), vLLM's ``propose``, then unbound (the benchmark of the proposer's cost calls
     this too, so it times what the engine runs)."""
-    bind = hooks.bind
     try:
-        bind(runner, scheduler_output, args[0] if args else kwargs.get("sampled_token_ids"))
+        hooks.bind(runner, scheduler_output, args[0] if args else kwargs.get("sampled_token_ids"))
     except Exception as e:  # noqa: BLE001 - never take the engine down (the view is bound)
         hooks.failed(e)
     try:
         return propose(runner, scheduler_output, *args, **kwargs)
     finally:
-        bind(None, None, None)
+        hooks.unbind()
 
 
 def install_runner_hooks() -> str | None:
