@@ -42,7 +42,9 @@ Workload (all methods see the same token streams):
 * Methods alternate in blocks of ``--block-steps`` steps (A B C A B C ...); each block's time
   divided by its request-steps is one sample. On a shared machine single timings swing widely:
   the report gives each method's fastest block and median block, and specdraft's ratios to the
-  peers as the ratio of fastest blocks and the median of interleaved block ratios.
+  peers as the ratio of fastest blocks and the median of interleaved block ratios; the table adds
+  each method's whole-run mean (all timed steps, those that finish requests included), since the
+  fastest blocks come before requests finish.
 
 Usage: ``specdraft overhead --json FILE`` (or ``python -m specdraft.overhead``).
 

@@ -12,8 +12,9 @@ def _fmt(v, nd=2):
 def format_overhead_table(report: dict) -> str:
     """Markdown table: us per request-step by method and batch, and specdraft's ratios."""
     lines = ["| batch | specdraft | (native core) | arctic | ngram | specdraft / arctic | "
-             "specdraft / ngram | tokens per step (specdraft / arctic / ngram) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "specdraft / ngram | whole run, mean (specdraft / arctic / ngram) | "
+             "tokens per step (specdraft / arctic / ngram) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for batch, b in report["batches"].items():
         r, q = b["results"], b["ratios"]
 
@@ -27,8 +28,10 @@ def format_overhead_table(report: dict) -> str:
         lines.append(f"| {batch} | {us('specdraft')} | "
                      f"{us('specdraft', 'native_core_us_per_request_step_min')} | {us('arctic')} | "
                      f"{us('ngram')} | {ratio('arctic')} | {ratio('ngram')} | "
+                     f"{' / '.join(us(m, 'us_per_request_step_mean') for m in METHODS)} | "
                      f"{' / '.join(us(m, 'tokens_per_step') for m in METHODS)} |")
     lines.append("")
     lines.append("us per request-step, fastest block of each method; ratios: of the fastest "
-                 "blocks (median of interleaved block ratios in brackets)")
+                 "blocks (median of interleaved block ratios in brackets); whole run: all the "
+                 "run's time over all its request-steps, the steps that finish requests included")
     return "\n".join(lines)
