@@ -26,3 +26,10 @@ def test_overhead_runs_every_method_through_the_engine_path(tmp_path):
         assert all(int(batch) * 64 // 17 <= s <= int(batch) * 64 for s in steps.values()), steps
         assert sd["accepted_per_step"] > 0 and sd["native_core_us_per_request_step"] > 0
         assert data["batches"][batch]["ratios"]["specdraft_over_arctic"]["ratio_of_minimums"] > 0
+        for r in results.values():
+            # the whole run per output token is the same time as per request-step, over more units
+            per_token = r["us_per_request_step_mean"] / r["tokens_per_step"]
+            assert abs(r["us_per_output_token_mean"] - per_token) <= 0.01 * per_token + 0.002, r
+            assert 0 < r["first_step_share"] <= 1 and 0 <= r["after_end_share"] < 1, r
+            if batch == "1":  # the only request's end is the run's end: no step cleans it up
+                assert r["after_end_steps"] == 0, r

@@ -43,8 +43,11 @@ Workload (all methods see the same token streams):
   divided by its request-steps is one sample. On a shared machine single timings swing widely:
   the report gives each method's fastest block and median block, and specdraft's ratios to the
   peers as the ratio of fastest blocks and the median of interleaved block ratios; the table adds
-  each method's whole-run mean (all timed steps, those that finish requests included), since the
-  fastest blocks come before requests finish.
+  each method's whole-run mean (all timed steps, those that start and finish requests included),
+  per request-step and per output token, since the fastest blocks come after the first step
+  (which indexes every prompt) and before requests finish. The JSON gives the first step's share
+  of the whole run and that of the steps right after a request ended (``first_step_share``,
+  ``after_end_share``).
 
 Usage: ``specdraft overhead --json FILE`` (or ``python -m specdraft.overhead``).
 

@@ -39,6 +39,12 @@ class TimedMethod:
         self.appended = 0
         self.drafted = 0
         self.accepted = 0
+        # where the whole run's time goes: the first step (every prompt arrives in it) and the
+        # steps right after a request ended (the step that cleans it up, as vLLM runs it)
+        self.first_step_ns = None
+        self.after_end_ns = 0
+        self.after_end_steps = 0
+        self._ended_last_step = False
 
     def done(self) -> bool:
         return not self.live
@@ -67,9 +73,15 @@ class TimedMethod:
             c0 = time.thread_time_ns()
             t0 = time.perf_counter_ns()
             drafts = self.step(live)
-            ns += time.perf_counter_ns() - t0
+            dt = time.perf_counter_ns() - t0
+            ns += dt
             cpu += time.thread_time_ns() - c0
             rs += len(live)
+            if self.first_step_ns is None:
+                self.first_step_ns = dt
+            elif self._ended_last_step:
+                self.after_end_ns += dt
+                self.after_end_steps += 1
             still = []
             for j, i in enumerate(live):
                 self.appended += len(self.pending[i])
@@ -85,6 +97,7 @@ class TimedMethod:
                 self.accepted += acc
                 self.pending[i] = truth[self.pos[i]:self.pos[i] + min(acc + 1, left)]
                 still.append(i)
+            self._ended_last_step = len(still) < len(live)
             self.live = still
         if rs:
             self.step_ns += ns
@@ -109,6 +122,13 @@ class TimedMethod:
             if self.block_us else None,
             "cpu_us_per_output_token": round(statistics.median(self.block_cpu_us) * steps / max(self.appended, 1), 3)
             if self.block_cpu_us else None,
+            # the whole run's time over the tokens the verifier emitted: what a method costs per
+            # generated token, its starts and finishes included
+            "us_per_output_token_mean": round(self.step_ns / 1e3 / max(self.appended, 1), 3),
+            # shares of the whole run's time: the first step, and the steps after a request ended
+            "first_step_share": round((self.first_step_ns or 0) / max(self.step_ns, 1), 3),
+            "after_end_steps": self.after_end_steps,
+            "after_end_share": round(self.after_end_ns / max(self.step_ns, 1), 3),
             "draft_tokens_per_step": round(self.drafted / steps, 3),
             "accepted_per_step": round(self.accepted / steps, 3),
         }
