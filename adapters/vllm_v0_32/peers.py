@@ -5,6 +5,7 @@ hooks read.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
@@ -13,8 +14,6 @@ import numpy as np
 def _peer_config(num_speculative_tokens: int, max_model_len: int, max_num_seqs: int,
                  **speculative: Any) -> Any:
     """The VllmConfig attributes 0.32's ngram and suffix proposers read in ``__init__``."""
-    from types import SimpleNamespace
-
     return SimpleNamespace(
         speculative_config=SimpleNamespace(num_speculative_tokens=num_speculative_tokens,
                                            **speculative),
@@ -104,8 +103,6 @@ class _RequestStandIn:
     without stop tokens (a request ends at ``max_tokens``) and the output so far."""
 
     def __init__(self, num_prompt_tokens: int, max_tokens: int):
-        from types import SimpleNamespace
-
         self.num_prompt_tokens = num_prompt_tokens
         self.sampling_params = SimpleNamespace(max_tokens=max_tokens, stop_token_ids=None,
                                                eos_token_id=None, ignore_eos=True, extra_args=None)
@@ -140,8 +137,6 @@ class RunnerStandIn:
 def scheduler_output_standin(finished_req_ids: set, scheduled_spec_decode_tokens: dict,
                              total_num_scheduled_tokens: int, num_spec_tokens: int) -> Any:
     """The part of 0.32's ``SchedulerOutput`` the runner hooks read (no new requests)."""
-    from types import SimpleNamespace
-
     return SimpleNamespace(finished_req_ids=finished_req_ids, scheduled_new_reqs=[],
                            total_num_scheduled_tokens=total_num_scheduled_tokens,
                            scheduled_spec_decode_tokens=scheduled_spec_decode_tokens,
