@@ -207,6 +207,53 @@ def _index_twin_long_streams(seed):
     check_counts(py, [py.seqs[s] for s in present], d, vocab)
 
 
+def test_index_twin_past_65536_nodes():
+    """The child table keeps a tag of the key beside each child id, in the bits the ids leave
+    free; once node ids pass what those bits hold (65,536 at first) the table is rebuilt with
+    more id bits and fewer tag bits. Both indexes agree across several such rebuilds, and after
+    removals (backward-shift deletion reads the ids back out of the slots)."""
+    rng = random.Random(7)
+    py, nat = PySuffixIndex(24), native.SuffixIndex(24)
+    sids = []
+    for sid in range(20):
+        toks = markov_stream(rng, 8000, 400, repeat=0.2)
+        py.add_sequence(sid)
+        nat.add_sequence(sid)
+        py.extend(sid, toks)
+        nat.extend(sid, toks)
+        py.close(sid)
+        nat.close(sid)
+        sids.append(sid)
+    assert nat.num_nodes() > 4 * 65536  # ids past 2**16, then 2**18: two rebuilds for id bits
+    compare_index(py, nat, rng, 400, probes=200)
+    for sid in sids[::2]:
+        py.remove(sid)
+        nat.remove(sid)
+    compare_index(py, nat, rng, 400, probes=200)
+    same_trie(py, nat)
+
+
+def test_core_twin_long_prompt_past_65536_nodes():
+    """A request's own index is sized for its prompt up front, so a long prompt's node ids pass
+    what the tag layout's id bits hold before the table ever grows: the insert that passes them
+    must rebuild. Drafts (the request's own index and the global one) match the Python twin."""
+    rng = random.Random(11)
+    prompt = markov_stream(rng, 40000, 400, repeat=0.2)
+    drafts = []
+    for cls in (PySuffixCore, native.SuffixCore):
+        c = cls(max_depth=24, global_cache_tokens=100000, live_outputs=True)
+        c.start(0, prompt)
+        out = []
+        r = random.Random(3)
+        for _ in range(40):
+            at = r.randrange(100, len(prompt) - 50)
+            c.extend(0, prompt[at:at + r.randint(1, 12)])  # quote the prompt: long matches
+            out.append(c.draft(0, 16))
+        drafts.append(out)
+    assert drafts[0] == drafts[1]
+    assert sum(len(d[0]) for d in drafts[1]) > 40
+
+
 def test_index_errors_match():
     for cls in (PySuffixIndex, native.SuffixIndex):
         idx = cls(3)

@@ -2,8 +2,11 @@
 //
 //  * ONE open-addressing hash table for the whole trie, keyed by (parent, token), Fibonacci
 //    hashing, linear probing, power-of-two capacity, load <= 1/2, backward-shift deletion (no
-//    tombstones). A slot holds only the child id (4 bytes, 0: empty; the root is never a child);
-//    the key is read back from the child's record, which a successful lookup reads anyway.
+//    tombstones). A slot is 4 bytes (0: empty; the root is never a child): the child id in its
+//    low id_bits, and in the bits above them a tag, bits of a second hash of the key. The key
+//    is read back from the child's record, which a successful lookup reads anyway; a probe
+//    whose tag differs is passed over without loading that record. id_bits leaves room for
+//    twice the node array (at least 16 bits); a child id past it rebuilds the table with more.
 //  * Children of a node are also chained through first_child / next_sib (node_store.h) so
 //    continuations can be enumerated; this table only answers "which child has this token".
 #pragma once
@@ -19,10 +22,11 @@ namespace specdraft {
 
 class ChildTable {
  public:
-  // Empty table of `cap` slots (a power of two).
-  void reset(size_t cap) {
+  // Empty table of `cap` slots (a power of two), for child ids up to `max_id`.
+  void reset(size_t cap, size_t max_id = 0) {
     std::vector<uint32_t>(cap, 0u).swap(slots_);
     set_mask(cap);
+    set_id_bits(max_id);
     count_ = 0;
   }
 
@@ -37,18 +41,29 @@ class ChildTable {
     uint64_t key = ((uint64_t)(uint32_t)parent << 32) | (uint32_t)token;
     return (size_t)((key * 0x9E3779B97F4A7C15ull) >> shift_);
   }
-  const uint32_t* slots() const { return slots_.data(); }  // for prefetching: slots()[home(p, t)]
+  // the bits above the id that a slot holding child (parent, token) carries
+  inline uint32_t tag(int32_t parent, int32_t token) const {
+    uint64_t key = ((uint64_t)(uint32_t)token << 32) | (uint32_t)parent;
+    return (uint32_t)((key * 0xC2B2AE3D27D4EB4Full) >> 32) & ~id_mask_;
+  }
+  // for prefetching: id_of(slots()[home(p, t)]) is the first candidate child (0: none)
+  const uint32_t* slots() const { return slots_.data(); }
+  inline uint32_t id_of(uint32_t slot) const { return slot & id_mask_; }
 
   // The child of `parent` with token `token`, or -1.
   inline int32_t find(const NodeStore& nodes, int32_t parent, int32_t token) const {
     SD_COUNT(C_FIND, 1);
     size_t i = home(parent, token);
     const uint32_t* sl = slots_.data();
+    const uint32_t tg = tag(parent, token);
     for (;;) {
-      const uint32_t v = sl[i];
-      if (v == 0) return -1;
-      const Node& C = nodes[v];
-      if (C.tok == token && C.par == parent) return (int32_t)v;
+      const uint32_t e = sl[i];
+      if (e == 0) return -1;
+      if ((e & ~id_mask_) == tg) {
+        const uint32_t v = e & id_mask_;
+        const Node& C = nodes[v];
+        if (C.tok == token && C.par == parent) return (int32_t)v;
+      }
       SD_COUNT(C_PROBES, 1);
       i = (i + 1) & mask_;
     }
@@ -60,17 +75,22 @@ class ChildTable {
       rebuild(nodes, slots_.size() * 2);  // scans the node array, which already holds v
       return;
     }
-    size_t i = home(nodes[v].par, nodes[v].tok);
+    if ((uint32_t)v > id_mask_) {  // the node array outgrew the ids' bits
+      rebuild(nodes, slots_.size());
+      return;
+    }
+    const Node& X = nodes[v];
+    size_t i = home(X.par, X.tok);
     uint32_t* sl = slots_.data();
     while (sl[i] != 0) i = (i + 1) & mask_;
-    sl[i] = (uint32_t)v;
+    sl[i] = tag(X.par, X.tok) | (uint32_t)v;
     ++count_;
   }
 
   void erase(const NodeStore& nodes, int32_t v) {
     size_t i = home(nodes[v].par, nodes[v].tok);
     uint32_t* sl = slots_.data();
-    while (sl[i] != (uint32_t)v) {
+    while ((sl[i] & id_mask_) != (uint32_t)v) {
       if (sl[i] == 0) throw AssertErr{"hash table: erasing a missing child"};
       i = (i + 1) & mask_;
     }
@@ -79,7 +99,8 @@ class ChildTable {
       j = (j + 1) & mask_;
       const uint32_t w = sl[j];
       if (w == 0) break;
-      const size_t k = home(nodes[w].par, nodes[w].tok);
+      const Node& W = nodes[w & id_mask_];
+      const size_t k = home(W.par, W.tok);
       // w may move to the hole at i unless its home lies cyclically in (i, j]
       const bool stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
       if (!stays) {
@@ -93,15 +114,15 @@ class ChildTable {
 
   // `cap` slots holding every linked node of `nodes` (free nodes and zombies left out).
   void rebuild(const NodeStore& nodes, size_t cap) {
-    reset(cap);
-    uint32_t* sl = slots_.data();
     const size_t N = nodes.size();
+    reset(cap, N);
+    uint32_t* sl = slots_.data();
     for (size_t v = 1; v < N; ++v) {
       const Node& X = nodes[v];
       if (X.par < 0 || (X.flags & F_ZOMBIE)) continue;  // free or zombie
       size_t i = home(X.par, X.tok);
       while (sl[i] != 0) i = (i + 1) & mask_;
-      sl[i] = (uint32_t)v;
+      sl[i] = tag(X.par, X.tok) | (uint32_t)v;
       ++count_;
     }
   }
@@ -118,7 +139,15 @@ class ChildTable {
     shift_ = 64 - bits;
   }
 
+  // ids up to twice max_id, at least 16 bits, at most 31 (node ids are int32_t)
+  void set_id_bits(size_t max_id) {
+    int bits = 16;
+    while (bits < 31 && ((size_t)1 << bits) <= 2 * max_id) ++bits;
+    id_mask_ = (uint32_t)(((uint64_t)1 << bits) - 1);
+  }
+
   std::vector<uint32_t> slots_;
+  uint32_t id_mask_ = 0xFFFF;
   size_t mask_ = 0;
   int shift_ = 64;
   size_t count_ = 0;

@@ -185,7 +185,7 @@ class SuffixIndex {
         __builtin_prefetch(&sl[hs[k]]);
       }
       for (int k = 0; k < live; ++k) {
-        const uint32_t v = sl[hs[k]];
+        const uint32_t v = table_.id_of(sl[hs[k]]);
         if (v) __builtin_prefetch(&nodes_[v]);
         const Node& P = nodes_[ws[k].cur];
         if (is_heavy(P)) __builtin_prefetch(&heavy_[heavy_entry(P)]);
@@ -539,7 +539,7 @@ class SuffixIndex {
     }
     // second stage: the first candidate child of each level
     for (int j = 0; j < m; ++j) {
-      const uint32_t v = sl[h[j]];
+      const uint32_t v = table_.id_of(sl[h[j]]);
       if (v) __builtin_prefetch(&nodes_[v]);
     }
   }
