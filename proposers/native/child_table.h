@@ -60,7 +60,7 @@ class ChildTable {
       const uint32_t e = sl[i];
       if (e == 0) return -1;
       if ((e & ~id_mask_) == tg) {
-        const uint32_t v = e & id_mask_;
+        const uint32_t v = id_of(e);
         const Node& C = nodes[v];
         if (C.tok == token && C.par == parent) return (int32_t)v;
       }
@@ -90,7 +90,7 @@ class ChildTable {
   void erase(const NodeStore& nodes, int32_t v) {
     size_t i = home(nodes[v].par, nodes[v].tok);
     uint32_t* sl = slots_.data();
-    while ((sl[i] & id_mask_) != (uint32_t)v) {
+    while (id_of(sl[i]) != (uint32_t)v) {
       if (sl[i] == 0) throw AssertErr{"hash table: erasing a missing child"};
       i = (i + 1) & mask_;
     }
@@ -99,7 +99,7 @@ class ChildTable {
       j = (j + 1) & mask_;
       const uint32_t w = sl[j];
       if (w == 0) break;
-      const Node& W = nodes[w & id_mask_];
+      const Node& W = nodes[id_of(w)];
       const size_t k = home(W.par, W.tok);
       // w may move to the hole at i unless its home lies cyclically in (i, j]
       const bool stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);

@@ -324,7 +324,6 @@ class TimedNgram(TimedMethod):
         t0 = time.perf_counter()
         self.prop = adapter.ngram_proposer(budget, args.ngram_min, args.ngram_max,
                                            self.max_model_len, max(self.n, 1))
-        self.jit_s = time.perf_counter() - t0
         self.prefill_s = 0.0
         self.runner = _RunnerRows(adapter, prompts, self.max_model_len)
         # numba compiles again for the argument types of the first real call (its __init__ warms
