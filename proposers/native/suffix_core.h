@@ -679,8 +679,7 @@ class SuffixCore {
   int64_t add_global(Scope& sc, const int32_t* toks, size_t n) {
     const int64_t sid = sc.next_seq++;
     int32_t si = sc.index.add_sequence(sid);
-    sc.index.reserve_tokens(si, n);
-    for (size_t i = 0; i < n; ++i) sc.index.append_slot(si, toks[i]);
+    sc.index.extend_slot(si, toks, n);
     sc.index.close(sid);
     return sid;
   }

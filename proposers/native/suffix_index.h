@@ -96,7 +96,8 @@ class SuffixIndex {
     Seq& S = seqs_[si];
     if (!S.live) throw KeyErr{S.id, ""};
     if (S.toks.size() + n > S.toks.capacity()) S.toks.reserve(std::max(S.toks.size() + n, 2 * S.toks.size()));
-    for (size_t i = 0; i < n; ++i) append_slot(si, toks[i]);
+    for (size_t i = 0; i + 1 < n; ++i) append_slot(si, toks[i], toks[i + 1]);
+    if (n) append_slot(si, toks[n - 1]);
   }
 
   void close(int64_t seq) {
@@ -110,10 +111,11 @@ class SuffixIndex {
 
   const std::vector<int32_t>& tokens_of_slot(int32_t si) const { return seqs_[si].toks; }
   const std::vector<int32_t>& tokens(int64_t seq) const { return seqs_[slot_of(seq)].toks; }
-  void reserve_tokens(int32_t si, size_t n) { seqs_[si].toks.reserve(seqs_[si].toks.size() + n); }
 
-  // Python SuffixIndex.append
-  void append_slot(int32_t si, int32_t token) {
+  // Python SuffixIndex.append. `next`: the token the caller appends after this one, when known
+  // (-1: not known); each level's hash slot for it is prefetched as soon as the level's node is
+  // found, so the next append's lookups find their slots on the way.
+  void append_slot(int32_t si, int32_t token, int32_t next = -1) {
     Seq& S = seqs_[si];
     if (!S.live) throw KeyErr{S.id, ""};
     const int32_t pos = (int32_t)S.toks.size();
@@ -147,6 +149,7 @@ class SuffixIndex {
         }
       }
       if (k + 1 < D) w[k + 1] = c;
+      if (next >= 0 && c > 0 && nodes_[c].open) __builtin_prefetch(&table_.slots()[table_.home(c, next)]);
       prev = c;
     }
     w[0] = kRoot;
