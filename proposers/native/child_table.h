@@ -3,14 +3,18 @@
 //  * ONE open-addressing hash table for the whole trie, keyed by (parent, token), Fibonacci
 //    hashing, linear probing, power-of-two capacity, load <= 1/2, backward-shift deletion (no
 //    tombstones). A slot is 4 bytes (0: empty; the root is never a child): the child id in its
-//    low id_bits, and in the bits above them a tag, bits of a second hash of the key. The key
-//    is read back from the child's record, which a successful lookup reads anyway; a probe
-//    whose tag differs is passed over without loading that record. id_bits leaves room for
+//    low id_bits; above them the entry's distance from its home slot (disp_bits, saturating:
+//    the top value means "that far or farther"); in the bits above those a tag, bits of a
+//    second hash of the key. The key is read back from the child's record, which a successful
+//    lookup reads anyway; a probe whose tag differs is passed over without loading that record,
+//    and a deletion's backward shift reads each following entry's home from its distance, not
+//    from its record (the record only past the saturated distance). id_bits leaves room for
 //    twice the node array (at least 16 bits); a child id past it rebuilds the table with more.
 //  * Children of a node are also chained through first_child / next_sib (node_store.h) so
 //    continuations can be enumerated; this table only answers "which child has this token".
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -41,10 +45,10 @@ class ChildTable {
     uint64_t key = ((uint64_t)(uint32_t)parent << 32) | (uint32_t)token;
     return (size_t)((key * 0x9E3779B97F4A7C15ull) >> shift_);
   }
-  // the bits above the id that a slot holding child (parent, token) carries
+  // the tag bits a slot holding child (parent, token) carries
   inline uint32_t tag(int32_t parent, int32_t token) const {
     uint64_t key = ((uint64_t)(uint32_t)token << 32) | (uint32_t)parent;
-    return (uint32_t)((key * 0xC2B2AE3D27D4EB4Full) >> 32) & ~id_mask_;
+    return (uint32_t)((key * 0xC2B2AE3D27D4EB4Full) >> 32) & tag_mask_;
   }
   // for prefetching: id_of(slots()[home(p, t)]) is the first candidate child (0: none)
   const uint32_t* slots() const { return slots_.data(); }
@@ -59,7 +63,7 @@ class ChildTable {
     for (;;) {
       const uint32_t e = sl[i];
       if (e == 0) return -1;
-      if ((e & ~id_mask_) == tg) {
+      if ((e & tag_mask_) == tg) {
         const uint32_t v = id_of(e);
         const Node& C = nodes[v];
         if (C.tok == token && C.par == parent) return (int32_t)v;
@@ -79,11 +83,7 @@ class ChildTable {
       rebuild(nodes, slots_.size());
       return;
     }
-    const Node& X = nodes[v];
-    size_t i = home(X.par, X.tok);
-    uint32_t* sl = slots_.data();
-    while (sl[i] != 0) i = (i + 1) & mask_;
-    sl[i] = tag(X.par, X.tok) | (uint32_t)v;
+    place(nodes[v], (uint32_t)v);
     ++count_;
   }
 
@@ -99,12 +99,16 @@ class ChildTable {
       j = (j + 1) & mask_;
       const uint32_t w = sl[j];
       if (w == 0) break;
-      const Node& W = nodes[id_of(w)];
-      const size_t k = home(W.par, W.tok);
-      // w may move to the hole at i unless its home lies cyclically in (i, j]
-      const bool stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
-      if (!stays) {
-        sl[i] = w;
+      size_t d = (w >> id_bits_) & disp_max_;  // w's distance from its home slot
+      if (d == disp_max_) {  // saturated: the home from the record
+        const Node& W = nodes[id_of(w)];
+        d = (j - home(W.par, W.tok)) & mask_;
+      }
+      // w may move to the hole at i unless its home lies cyclically in (i, j], that is unless
+      // it sits closer to its home than to the hole
+      const size_t gap = (j - i) & mask_;
+      if (d >= gap) {
+        sl[i] = with_disp(w, d - gap);
         i = j;
       }
     }
@@ -116,14 +120,23 @@ class ChildTable {
   void rebuild(const NodeStore& nodes, size_t cap) {
     const size_t N = nodes.size();
     reset(cap, N);
-    uint32_t* sl = slots_.data();
     for (size_t v = 1; v < N; ++v) {
       const Node& X = nodes[v];
       if (X.par < 0 || (X.flags & F_ZOMBIE)) continue;  // free or zombie
-      size_t i = home(X.par, X.tok);
-      while (sl[i] != 0) i = (i + 1) & mask_;
-      sl[i] = tag(X.par, X.tok) | (uint32_t)v;
+      place(X, (uint32_t)v);
       ++count_;
+    }
+  }
+
+  // Every entry's tag and distance field agree with its record (index_checks.h).
+  void check(const NodeStore& nodes) const {
+    for (size_t j = 0; j < slots_.size(); ++j) {
+      const uint32_t w = slots_[j];
+      if (w == 0) continue;
+      const Node& X = nodes[id_of(w)];
+      if ((w & tag_mask_) != tag(X.par, X.tok)) throw AssertErr{"hash table: a slot's tag disagrees with its child"};
+      if (w != with_disp(w, (j - home(X.par, X.tok)) & mask_))
+        throw AssertErr{"hash table: a slot's distance from its home is wrong"};
     }
   }
 
@@ -139,15 +152,40 @@ class ChildTable {
     shift_ = 64 - bits;
   }
 
-  // ids up to twice max_id, at least 16 bits, at most 31 (node ids are int32_t)
+  // ids up to twice max_id, at least 16 bits, at most 31 (node ids are int32_t); then the
+  // distance (kDispBits, fewer when the ids leave fewer) and the tag (what is left, maybe none)
   void set_id_bits(size_t max_id) {
     int bits = 16;
     while (bits < 31 && ((size_t)1 << bits) <= 2 * max_id) ++bits;
+    id_bits_ = bits;
     id_mask_ = (uint32_t)(((uint64_t)1 << bits) - 1);
+    const int disp_bits = std::min(kDispBits, 32 - bits);
+    disp_max_ = ((uint32_t)1 << disp_bits) - 1;
+    tag_mask_ = (uint32_t)~(((uint64_t)1 << (bits + disp_bits)) - 1);
   }
 
+  // w with its distance field set to d (saturated)
+  inline uint32_t with_disp(uint32_t w, size_t d) const {
+    const uint32_t f = d < disp_max_ ? (uint32_t)d : disp_max_;
+    return (w & ~(disp_max_ << id_bits_)) | (f << id_bits_);
+  }
+
+  // v (its record X) into the first free slot from its home, with its tag and distance
+  inline void place(const Node& X, uint32_t v) {
+    const size_t h = home(X.par, X.tok);
+    uint32_t* sl = slots_.data();
+    size_t i = h;
+    while (sl[i] != 0) i = (i + 1) & mask_;
+    sl[i] = with_disp(tag(X.par, X.tok) | v, (i - h) & mask_);
+  }
+
+  static constexpr int kDispBits = 3;
+
   std::vector<uint32_t> slots_;
+  int id_bits_ = 16;
   uint32_t id_mask_ = 0xFFFF;
+  uint32_t disp_max_ = 7;
+  uint32_t tag_mask_ = 0xFFF80000u;
   size_t mask_ = 0;
   int shift_ = 64;
   size_t count_ = 0;

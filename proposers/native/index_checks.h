@@ -102,6 +102,7 @@ inline void SuffixIndex::check() const {
   if (zombies != (size_t)zombies_) throw AssertErr{"zombie count mismatch"};
   if (children_total != (size_t)num_nodes() - 1 + zombies) throw AssertErr{"linked children != live nodes - 1"};
   if (table_.count() != children_total - zombies) throw AssertErr{"hash table count != live nodes - 1"};
+  table_.check(nodes_);
   if (heavy_seen != heavy_nodes()) throw AssertErr{"heavy entries in use != heavy nodes"};
   for (uint8_t u : entry_used)
     if (u != 1) throw AssertErr{"heavy entry leaked or shared"};
