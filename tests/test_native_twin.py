@@ -211,7 +211,8 @@ def test_index_twin_past_65536_nodes():
     """The child table keeps a tag of the key beside each child id, in the bits the ids leave
     free; once node ids pass what those bits hold (65,536 at first) the table is rebuilt with
     more id bits and fewer tag bits. Both indexes agree across several such rebuilds, and after
-    removals (backward-shift deletion reads the ids back out of the slots)."""
+    removals (backward-shift deletion reads the ids and the home distances back out of
+    the slots)."""
     rng = random.Random(7)
     py, nat = PySuffixIndex(24), native.SuffixIndex(24)
     sids = []
