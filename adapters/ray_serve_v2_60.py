@@ -17,6 +17,13 @@ def server_config(server: Any) -> Any:
     return getattr(server, "_llm_config", None)
 
 
+def start_timed_out(error: BaseException) -> bool:
+    """Whether ``ray.init`` failed because its local raylet did not register with the GCS in
+    time: Ray 2.60 waits a fixed 30 s (``ray._private.node``, not configurable) and raises a bare
+    ``Exception`` saying "The current node timed out during startup"."""
+    return "timed out during startup" in str(error)
+
+
 def replica_id() -> str:
     """This Serve replica's id, as vLLM's Ray metrics tag it (``ReplicaId``); "" outside Serve."""
     from ray import serve

@@ -50,6 +50,8 @@ def replica_counters(handle, replicas: int, tries: int = 40) -> dict[int, dict[s
         pid, text = handle.specdraft_replica_metrics.remote().result()
         counters: dict[str, float] = {}
         for line in text.splitlines():
+            if not line.startswith("specdraft:"):  # HELP and TYPE lines
+                continue
             name, value = line.rsplit(" ", 1)
             key = name.split("{")[0].removeprefix("specdraft:")
             if "length" not in key:
@@ -74,7 +76,7 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from specdraft.plugins.ray_serve import build_app, llm_config
+    from specdraft.plugins.ray_serve import build_app, llm_config, start_local_ray
 
     model = args.model
     if model is None:
@@ -82,8 +84,8 @@ def main() -> None:
 
         model = model_path("smollm2-135m")
     address = os.environ.get("RAY_ADDRESS")
-    ray.init(address=address, log_to_driver=False, include_dashboard=False,
-             num_cpus=None if address else len(os.sched_getaffinity(0)))
+    start_local_ray(lambda: dict(address=address, log_to_driver=False, include_dashboard=False,
+                                 num_cpus=None if address else len(os.sched_getaffinity(0))))
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     cpus = ray.cluster_resources().get("CPU", 1)
     specdraft = ({"shared_cache": {"name": args.shared_cache, "tokens": args.cache_tokens}}

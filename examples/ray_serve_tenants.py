@@ -108,8 +108,10 @@ def main() -> int:
 
         model = model_path("smollm2-135m")
     os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")  # see ray_serve_two_replicas.py
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             namespace="specdraft-tenants", _node_ip_address="127.0.0.1")
+    from specdraft.plugins.ray_serve import start_local_ray
+
+    start_local_ray(lambda: dict(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                                 namespace="specdraft-tenants", _node_ip_address="127.0.0.1"))
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     t0 = time.perf_counter()

@@ -304,8 +304,10 @@ def main() -> int:
     # Ray's memory monitor kills workers when the whole machine runs short, whoever holds the
     # memory: on a shared machine it would kill these small replicas for others' use.
     os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             namespace="specdraft-two-replicas", _node_ip_address="127.0.0.1")
+    from specdraft.plugins.ray_serve import start_local_ray
+
+    start_local_ray(lambda: dict(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                                 namespace="specdraft-two-replicas", _node_ip_address="127.0.0.1"))
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:

@@ -104,62 +104,12 @@ def make_llm(model: str, env: dict | None = None, **overrides):
         gc.collect()
 
 
-# Ray waits a fixed 30 s for its raylet to register with the GCS when it starts a local cluster
-# (``ray._private.node``, not configurable) and otherwise fails ``ray.init`` with "The current
-# node timed out during startup". On a 2-core machine that has run engines for most of an hour a
-# start can miss that window once; the cluster is not ours to fix, so start again.
-RAY_START_ATTEMPTS = 3
-
-
 def start_local_ray(make_kwargs) -> dict:
-    """``ray.init(**make_kwargs())`` for a fresh local cluster; returns the kwargs that started it.
+    """A fresh local Ray cluster, started again if Ray's start-up times out on a busy machine
+    (``specdraft.plugins.ray_serve.start_local_ray``, imported here only by the Ray tests)."""
+    from specdraft.plugins.ray_serve import start_local_ray as start
 
-    Only Ray's start-up timeout is retried (every other error is raised as it is): what the failed
-    start left running is stopped, the load average and the busiest processes are printed (so a
-    log shows what held the machine), and ``make_kwargs`` is called again, so ports are drawn anew.
-    """
-    import ray
-
-    for attempt in range(1, RAY_START_ATTEMPTS + 1):
-        kwargs = make_kwargs()
-        try:
-            ray.init(**kwargs)
-            return kwargs
-        except Exception as e:  # Ray raises a bare Exception for this one
-            if "timed out during startup" not in str(e) or attempt == RAY_START_ATTEMPTS:
-                raise
-            print(f"ray.init attempt {attempt} of {RAY_START_ATTEMPTS}: {e}\nload average "
-                  f"{os.getloadavg()}; busiest processes:\n{_busiest_processes()}",
-                  file=sys.stderr)
-            with contextlib.suppress(Exception):
-                ray.shutdown()
-            _stop_ray_children()
-
-
-def _busiest_processes(n: int = 5) -> str:
-    import subprocess
-
-    with contextlib.suppress(Exception):
-        out = subprocess.run(["ps", "-eo", "pid,pcpu,rss,etime,args", "--sort=-pcpu"],
-                             capture_output=True, text=True, timeout=10).stdout
-        return "\n".join(line[:160] for line in out.splitlines()[: n + 1])
-    return "(ps unavailable)"
-
-
-def _stop_ray_children() -> None:
-    """Kill this process's Ray children (GCS, raylet, agents) that a failed ``ray.init`` left."""
-    import psutil
-
-    marks = ("gcs_server", "raylet", "ray::", "ray/_private", "ray/dashboard", "ray/autoscaler")
-    ray_procs = []
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if any(m in " ".join(child.cmdline()) for m in marks):
-                ray_procs.append(child)
-    for proc in ray_procs:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(ray_procs, timeout=10)
+    return start(make_kwargs)
 
 
 # Engines that sample many short outputs: a wider batch, a KV cache that holds it.

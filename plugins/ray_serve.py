@@ -16,15 +16,24 @@ down with the replica (Ray 2.60's engine shutdown leaves the engine's shared mem
 replica's ``specdraft:*`` counters in Ray's metrics, served by Ray's Prometheus endpoint as
 ``ray_specdraft_*`` (``plugins/ray_metrics.py``); and ``specdraft_metrics()`` returns the same
 counters as Prometheus lines through a deployment handle.
+
+``start_local_ray`` starts a local Ray cluster the way the examples and tests do, starting
+again when Ray's own start-up times out on a busy machine.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import os
+import sys
+from typing import Any, Callable
 
 from ray.serve.llm import LLMConfig, LLMServer, build_openai_app
 
-__all__ = ["SpecdraftLLMServer", "llm_config", "build_app", "app_builder"]
+__all__ = ["SpecdraftLLMServer", "llm_config", "build_app", "app_builder", "start_local_ray"]
+
+# Starts of a local cluster before ``start_local_ray`` gives up on Ray's start-up timeout.
+RAY_START_ATTEMPTS = 3
 
 
 class SpecdraftLLMServer(LLMServer):
@@ -160,3 +169,60 @@ def app_builder(args: dict) -> Any:
         engine_kwargs=engine_kwargs, replica_cpus=num("replica_cpus", float, None),
         engine_cpus=num("engine_cpus", float, None))
     return build_app(config, ingress_cpus=num("ingress_cpus", float, 0))
+
+
+def start_local_ray(make_kwargs: Callable[[], dict], attempts: int = RAY_START_ATTEMPTS) -> dict:
+    """``ray.init(**make_kwargs())``; returns the keyword arguments that started it.
+
+    Ray waits a fixed 30 s for a new local cluster's raylet to register (not configurable) and
+    otherwise fails ``ray.init`` with "The current node timed out during startup"; on a 2-core
+    machine that is busy a start can miss that window once. Only that error is retried (any
+    other is raised as it is): what the failed start left running is stopped, the load average
+    and the busiest processes are printed (so a log shows what held the machine), and
+    ``make_kwargs`` is called again, so ports it draws are drawn anew.
+    """
+    import ray
+
+    from specdraft.adapters.ray_serve_v2_60 import start_timed_out
+
+    for attempt in range(1, attempts + 1):
+        kwargs = make_kwargs()
+        try:
+            ray.init(**kwargs)
+            return kwargs
+        except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception for this one
+            if not start_timed_out(e) or attempt == attempts:
+                raise
+            print(f"ray.init attempt {attempt} of {attempts}: {e}\nload average "
+                  f"{os.getloadavg()}; busiest processes:\n{_busiest_processes()}",
+                  file=sys.stderr)
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            _stop_ray_children()
+    raise AssertionError("unreachable")  # the last attempt returned or raised
+
+
+def _busiest_processes(n: int = 5) -> str:
+    import subprocess
+
+    with contextlib.suppress(Exception):
+        out = subprocess.run(["ps", "-eo", "pid,pcpu,rss,etime,args", "--sort=-pcpu"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return "\n".join(line[:160] for line in out.splitlines()[: n + 1])
+    return "(ps unavailable)"
+
+
+def _stop_ray_children() -> None:
+    """Kill this process's Ray children (GCS, raylet, agents) that a failed ``ray.init`` left."""
+    import psutil
+
+    marks = ("gcs_server", "raylet", "ray::", "ray/_private", "ray/dashboard", "ray/autoscaler")
+    ray_procs = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any(m in " ".join(child.cmdline()) for m in marks):
+                ray_procs.append(child)
+    for proc in ray_procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(ray_procs, timeout=10)

@@ -29,3 +29,41 @@ def test_app_builder_without_cpu_follows_vllm(monkeypatch: pytest.MonkeyPatch) -
     app_builder({"model": "/m"})
     app_builder({"model": "/m", "cpu": "false"})
     assert [c.accelerator_config.kind for c in seen] == ["cpu", "gpu"]
+
+
+def test_start_local_ray_retries_only_the_start_up_timeout(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    # Ray's start-up timeout cannot be caused on demand: ray.init stands in for a start that
+    # misses Ray's 30 s window once (its message as Ray 2.60 raises it), then starts
+    import ray
+
+    import specdraft.plugins.ray_serve as rs
+
+    calls = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise Exception("The current node timed out during startup. This could happen "
+                            "because some of the Ray processes failed to startup.")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(rs, "_stop_ray_children", lambda: None)
+    ports = iter([6001, 6002])
+    started = rs.start_local_ray(lambda: {"num_cpus": 2, "port": next(ports)})
+    assert started == {"num_cpus": 2, "port": 6002}  # the kwargs drawn anew, the second start's
+    assert len(calls) == 2
+    assert "ray.init attempt 1 of 3" in capsys.readouterr().err
+
+    calls.clear()
+    monkeypatch.setattr(ray, "init", lambda **kw: (_ for _ in ()).throw(ValueError("bad option")))
+    with pytest.raises(ValueError, match="bad option"):  # any other error: raised at once
+        rs.start_local_ray(lambda: {})
+
+    always = []
+    monkeypatch.setattr(ray, "init", lambda **kw: always.append(1) or (_ for _ in ()).throw(
+        Exception("The current node timed out during startup")))
+    with pytest.raises(Exception, match="timed out during startup"):
+        rs.start_local_ray(lambda: {}, attempts=2)
+    assert len(always) == 2
