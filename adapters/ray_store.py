@@ -37,11 +37,24 @@ class RayStoreLink:
     def __init__(self, opts: dict, actor: Any = None):
         self.actor = actor if actor is not None else get_store(opts)
 
-    def publish(self, origin: str, arrays: list, scopes: list | None, timeout: float) -> int:
-        """Sends sequences (int32 arrays, their scopes or None); the store's token count."""
+    def publish(self, origin: str, arrays: list, scopes: list | None, first: int,
+                timeout: float) -> int:
+        """Sends sequences (int32 arrays, their scopes or None; ``first``: the index of the
+        first among all this origin sent, so a retry is not taken twice); the store's token
+        count."""
         import ray
 
-        return ray.get(self.actor.publish.remote(origin, arrays, scopes), timeout=timeout)
+        return ray.get(self.actor.publish.remote(origin, arrays, scopes, first), timeout=timeout)
+
+    def lost(self, error: BaseException) -> bool:
+        """Whether a failed call means the store must be looked up again: not for a timeout,
+        which a store whose process is still starting gives (a busy machine takes seconds to
+        start it). The handle is then kept: a store this replica created (``detached`` false)
+        is owned by it, and Ray ends an owned actor once its owner holds no handle to it (the
+        replicas then kept re-creating it and losing it again)."""
+        import ray
+
+        return not isinstance(error, ray.exceptions.GetTimeoutError)
 
     def pull(self, cursor: int, origin: str, budget: int, timeout: float) -> tuple:
         """(generation, cursor, [(scope, sequence)]) published by others after ``cursor``."""

@@ -124,12 +124,14 @@ def test_replica_b_drafts_from_what_replica_a_served(cluster):
     print(f"\nreplica B, turn 4 ({out_tokens} tokens): accepted {shared['b']['accepted']} with the "
           f"shared cache, {alone['b']['accepted']} without")
     fb = shared["b_counters"]
+    print(f"replica B counters: {fb}\nreplica A counters: {shared['a_counters']}")
     print(f"replica B: {fb['shared_cache_pulls']} pulls, mean round trip "
           f"{1e3 * fb['shared_cache_pull_seconds'] / max(1, fb['shared_cache_pulls']):.2f} ms")
     assert shared["b"]["output"] == alone["b"]["output"] == shared["expected"]
     assert shared["a_counters"]["shared_cache_published_tokens"] == sum(
         len(o) for _, o in _session(4)[:3])
-    assert shared["b_counters"]["shared_cache_pulled_tokens"] > 0
+    # each sequence once, though a busy machine makes calls time out and publishes be sent again
+    assert fb["shared_cache_pulled_tokens"] == shared["a_counters"]["shared_cache_published_tokens"]
     assert shared["b"]["accepted"] > alone["b"]["accepted"] + 0.3 * out_tokens
     assert shared["b"]["accepted"] > 0.8 * out_tokens
 

@@ -108,12 +108,24 @@ class SharedCacheStore:
         self.tokens = 0
         self.published = 0
         self.evicted = 0
+        self._applied: dict[str, int] = {}  # origin -> how many of its sequences were taken
 
     def publish(self, origin: str, sequences: Sequence[Sequence[int]],
-                scopes: Sequence[str | None] | None = None) -> int:
+                scopes: Sequence[str | None] | None = None, first: int | None = None) -> int:
         """Add sequences (longer than the budget: dropped), each in its tenant scope (None:
-        unscoped); returns the store's token count."""
+        unscoped); returns the store's token count.
+
+        ``first``: the index of ``sequences[0]`` among all that ``origin`` has sent. A client
+        sends a batch again when its call timed out, though the store may have taken it: the
+        sequences it already took are skipped, so a retry adds nothing twice."""
+        skip = 0
+        if first is not None:
+            taken = self._applied.get(origin, 0)
+            skip = max(0, taken - first)
+            self._applied[origin] = max(taken, first + len(sequences))
         for i, seq in enumerate(sequences):
+            if i < skip:
+                continue
             n = len(seq)
             if n == 0 or n > self.budget_tokens:
                 continue
@@ -164,7 +176,8 @@ class SharedCacheClient:
     def __init__(self, opts: dict, origin: str | None = None, store: Any = None,
                  connect=None):
         """``store``: a store actor to use (default: the named one); ``connect(opts, store)``
-        makes the link with ``publish``/``pull`` (default: the Ray transport)."""
+        makes the link with ``publish``/``pull`` and ``lost(error)`` (whether a failed call means
+        the store must be looked up again; default: the Ray transport)."""
         self.opts = opts
         self.origin = origin or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._store = store
@@ -174,6 +187,7 @@ class SharedCacheClient:
         self._outbox_tokens = 0
         self._inbox: collections.deque = collections.deque()
         self._cursor = -1
+        self._queued = 0  # sequences queued so far: each outbox entry is (index, scope, tokens)
         self._generation = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -204,11 +218,12 @@ class SharedCacheClient:
         if not len(toks):
             return
         with self._lock:
-            self._outbox.append((scope, toks))
+            self._outbox.append((self._queued, scope, toks))
+            self._queued += 1
             self._outbox_tokens += len(toks)
             # a store that is down must not make the outbox grow without bound
             while self._outbox_tokens > self.opts["tokens"] and len(self._outbox) > 1:
-                _, old = self._outbox.popleft()
+                _, _, old = self._outbox.popleft()
                 self._outbox_tokens -= len(old)
                 self.counters["shared_cache_dropped_tokens"] += len(old)
 
@@ -259,7 +274,9 @@ class SharedCacheClient:
                                    "from the local cache, retrying every %.1fs",
                                    self.opts["name"], type(e).__name__, e,
                                    self.opts["pull_interval_s"])
-                if self._generation is None:  # never reached: look the actor up again
+                # never reached: look the store up again, unless it is still starting (a
+                # timeout): a handle dropped then would end a store this replica created
+                if self._generation is None and (self._link is None or self._link.lost(e)):
                     self._store = self._link = None
             self._wake.wait(self.opts["pull_interval_s"])
             self._wake.clear()
@@ -295,14 +312,16 @@ class SharedCacheClient:
         if batch:
             import numpy as np
 
-            arrays = [np.asarray(s, dtype=np.int32) for _, s in batch]
-            scopes = [k for k, _ in batch]
+            arrays = [np.asarray(s, dtype=np.int32) for _, _, s in batch]
+            scopes = [k for _, k, _ in batch]
+            # the batch's first index: sent again after a timeout, the store skips what it took
             tokens = self._link.publish(
                 self.origin, arrays, scopes if any(k is not None for k in scopes) else None,
-                timeout)
-            with self._lock:
-                for _ in batch:
-                    self._outbox_tokens -= len(self._outbox.popleft()[1])
+                batch[0][0], timeout)
+            end = batch[-1][0]
+            with self._lock:  # what was sent (publish may have dropped some of it meanwhile)
+                while self._outbox and self._outbox[0][0] <= end:
+                    self._outbox_tokens -= len(self._outbox.popleft()[2])
             self.counters["shared_cache_published_sequences"] += len(batch)
             self.counters["shared_cache_published_tokens"] += sum(len(s) for s in arrays)
             self.counters["shared_cache_store_tokens"] = tokens

@@ -15,11 +15,14 @@ class InProcessLink:
     def __init__(self, store: SharedCacheStore):
         self.store = store
 
-    def publish(self, origin, arrays, scopes, timeout):
-        return self.store.publish(origin, arrays, scopes)
+    def publish(self, origin, arrays, scopes, first, timeout):
+        return self.store.publish(origin, arrays, scopes, first)
 
     def pull(self, cursor, origin, budget, timeout):
         return self.store.pull(cursor, origin, budget)
+
+    def lost(self, error):
+        return True
 
 
 def test_a_replica_receives_what_another_published_in_its_scope():
@@ -133,3 +136,19 @@ def test_requests_served_per_request_or_by_step_are_published_alike():
         assert [(k, list(map(int, t))) for k, t in held] == [("s", [1, 2, 3, 4]), (None, [7, 8, 9])]
     finally:
         a.close()
+
+
+def test_a_batch_sent_again_after_a_timeout_is_taken_once():
+    # a publish whose reply timed out is sent again with the batch's same first index (and
+    # whatever was queued since): the store takes only the sequences it did not have
+    store = SharedCacheStore(10_000)
+    store.publish("a", [[1, 2], [3, 4]], None, 0)
+    store.publish("a", [[1, 2], [3, 4], [5, 6]], None, 0)  # the retry, one more queued
+    store.publish("a", [[7, 8]], None, 3)
+    store.publish("b", [[1, 2]], None, 0)  # another origin counts apart
+    _, _, got = store.pull(-1, "c")
+    assert [list(s) for _, s in got] == [[1, 2], [3, 4], [5, 6], [7, 8], [1, 2]]
+    assert store.tokens == 10
+    fresh = SharedCacheStore(10_000)  # a restarted store takes a client's next batch whole
+    fresh.publish("a", [[9, 9]], None, 4)
+    assert [list(s) for _, s in fresh.pull(-1, "c")[2]] == [[9, 9]]
