@@ -45,18 +45,13 @@ def chat(base: str, prompt: str, max_tokens: int) -> dict:
 
 def replica_counters(handle, replicas: int, tries: int = 40) -> dict[int, dict[str, float]]:
     """{replica pid: specdraft counters}, asking until every replica has answered."""
+    from specdraft.plugins.ray_serve import metric_sums
+
     seen: dict[int, dict[str, float]] = {}
     for _ in range(tries):
         pid, text = handle.specdraft_replica_metrics.remote().result()
-        counters: dict[str, float] = {}
-        for line in text.splitlines():
-            if not line.startswith("specdraft:"):  # HELP and TYPE lines
-                continue
-            name, value = line.rsplit(" ", 1)
-            key = name.split("{")[0].removeprefix("specdraft:")
-            if "length" not in key:
-                counters[key] = counters.get(key, 0.0) + float(value)
-        seen[pid] = counters
+        seen[pid] = {name.removeprefix("specdraft:"): value
+                     for name, value in metric_sums(text).items()}
         if len(seen) >= replicas:
             break
     return seen

@@ -94,14 +94,11 @@ def chat(base: str, model: str, messages: list[dict], max_tokens: int) -> tuple[
 
 
 def counters(handle) -> dict[str, float]:
-    """A replica's ``specdraft:*`` counters (counters summed over labels)."""
-    out: dict[str, float] = {}
-    for line in handle.specdraft_metrics.remote().result().splitlines():
-        if line.startswith("specdraft:"):
-            name, value = line.rsplit(" ", 1)
-            key = name.split("{")[0].removeprefix("specdraft:")
-            out[key] = out.get(key, 0.0) + float(value)
-    return out
+    """A replica's ``specdraft:*`` counters (summed over labels), named without the prefix."""
+    from specdraft.plugins.ray_serve import metric_sums
+
+    sums = metric_sums(handle.specdraft_metrics.remote().result())
+    return {name.removeprefix("specdraft:"): value for name, value in sums.items()}
 
 
 def deploy(base: str, app: str, configs: list, timeout: float = 900) -> None:

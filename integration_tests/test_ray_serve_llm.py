@@ -21,6 +21,8 @@ httpx = pytest.importorskip("httpx")
 
 from conftest import KV_CACHE_BYTES, MAX_MODEL_LEN, start_local_ray  # noqa: E402
 
+from specdraft.plugins.ray_serve import metric_sums  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 STORE = "serve-test-cache"
@@ -107,16 +109,6 @@ def _llm_handle(app: str):
     return serve.get_deployment_handle(name, app_name=app)
 
 
-def _counters(text: str) -> dict[str, float]:
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("specdraft:"):
-            name, value = line.rsplit(" ", 1)
-            key = name.split("{")[0]
-            out[key] = out.get(key, 0.0) + float(value)
-    return out
-
-
 def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cluster,
                                                                          model_path):
     from ray import serve
@@ -130,7 +122,7 @@ def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cl
     handle = _llm_handle("specdraft")
     first = [_chat(base, p) for p in PROMPTS[:2]]
     deadline = time.monotonic() + 60
-    while _counters(handle.specdraft_metrics.remote().result()).get(
+    while metric_sums(handle.specdraft_metrics.remote().result()).get(
             "specdraft:shared_cache_published_tokens_total", 0) == 0:
         assert time.monotonic() < deadline, "the replica never published to the shared cache"
         time.sleep(0.5)
@@ -144,7 +136,7 @@ def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cl
     # the restart shows.
     deadline = time.monotonic() + 180
     while True:
-        counters = _counters(handle.specdraft_metrics.remote().result())
+        counters = metric_sums(handle.specdraft_metrics.remote().result())
         if counters.get("specdraft:shared_cache_restarts_seen_total", 0) >= 1:
             break
         assert time.monotonic() < deadline, f"cache restart never seen: {counters}"
@@ -159,9 +151,10 @@ def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cl
     # are too: specdraft's accepted tokens agree with the handle's and with vLLM's count.
     deadline = time.monotonic() + 90
     while True:
-        accepted = _counters(handle.specdraft_metrics.remote().result())[
+        accepted = metric_sums(handle.specdraft_metrics.remote().result())[
             "specdraft:accepted_tokens_total"]
-        ray_counters = _ray_counters(httpx.get(ray_metrics_url, timeout=10).text)
+        ray_counters = metric_sums(httpx.get(ray_metrics_url, timeout=10).text,
+                                   ("ray_specdraft_", "ray_vllm_"))
         ours = ray_counters.get("ray_specdraft_accepted_tokens_total")
         vllms = ray_counters.get("ray_vllm_spec_decode_num_accepted_tokens_total")
         if ours == accepted == vllms:
@@ -172,14 +165,3 @@ def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cl
     assert ray_counters["ray_specdraft_proposer_steps_total"] > 0
     assert "ray_specdraft_global_cache_tokens" in ray_counters  # gauges too
     serve.delete("specdraft")
-
-
-def _ray_counters(text: str) -> dict[str, float]:
-    """Ray's Prometheus text: each series name's values summed over labels."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(("ray_specdraft_", "ray_vllm_")):
-            name, value = line.rsplit(" ", 1)
-            key = name.split("{")[0]
-            out[key] = out.get(key, 0.0) + float(value)
-    return out

@@ -15,7 +15,7 @@ down with the replica (Ray 2.60's engine shutdown leaves the engine's shared mem
 ``log_engine_metrics`` on (Ray's default, which also puts vLLM's metrics there) it records the
 replica's ``specdraft:*`` counters in Ray's metrics, served by Ray's Prometheus endpoint as
 ``ray_specdraft_*`` (``plugins/ray_metrics.py``); and ``specdraft_metrics()`` returns the same
-counters as Prometheus lines through a deployment handle.
+counters as Prometheus lines through a deployment handle, which ``metric_sums`` turns into a dict.
 
 ``start_local_ray`` starts a local Ray cluster the way the examples and tests do, starting
 again when Ray's own start-up times out on a busy machine.
@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 from ray.serve.llm import LLMConfig, LLMServer, build_openai_app
 
-__all__ = ["SpecdraftLLMServer", "llm_config", "build_app", "app_builder", "start_local_ray"]
+__all__ = ["SpecdraftLLMServer", "llm_config", "build_app", "app_builder", "metric_sums",
+           "start_local_ray"]
 
 # Starts of a local cluster before ``start_local_ray`` gives up on Ray's start-up timeout.
 RAY_START_ATTEMPTS = 3
@@ -169,6 +170,18 @@ def app_builder(args: dict) -> Any:
         engine_kwargs=engine_kwargs, replica_cpus=num("replica_cpus", float, None),
         engine_cpus=num("engine_cpus", float, None))
     return build_app(config, ingress_cpus=num("ingress_cpus", float, 0))
+
+
+def metric_sums(text: str, prefixes: tuple[str, ...] = ("specdraft:",)) -> dict[str, float]:
+    """Prometheus text (``specdraft_metrics()``, Ray's metrics endpoint) as {series name: value
+    summed over its labels}, for the series whose names start with one of ``prefixes``."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(prefixes):  # HELP and TYPE lines start with "#"
+            name, value = line.rsplit(" ", 1)
+            key = name.split("{")[0]
+            out[key] = out.get(key, 0.0) + float(value)
+    return out
 
 
 def start_local_ray(make_kwargs: Callable[[], dict], attempts: int = RAY_START_ATTEMPTS) -> dict:

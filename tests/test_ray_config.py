@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("ray.serve.llm")
 
-from specdraft.plugins.ray_serve import app_builder, llm_config, vllm_runs_on_cpu  # noqa: E402
+from specdraft.plugins.ray_serve import (app_builder, llm_config, metric_sums,  # noqa: E402
+                                         vllm_runs_on_cpu)
 
 
 def test_default_follows_the_installed_vllm() -> None:
@@ -67,3 +68,16 @@ def test_start_local_ray_retries_only_the_start_up_timeout(monkeypatch: pytest.M
     with pytest.raises(Exception, match="timed out during startup"):
         rs.start_local_ray(lambda: {}, attempts=2)
     assert len(always) == 2
+
+
+def test_metric_sums_sums_labels_and_skips_comments() -> None:
+    text = ("# HELP specdraft:accepted_tokens_total Accepted draft tokens\n"
+            "# TYPE specdraft:accepted_tokens_total counter\n"
+            'specdraft:accepted_tokens_total{engine="0",model_name="m"} 12.0\n'
+            'specdraft:accepted_tokens_total{engine="1",model_name="m"} 3.0\n'
+            "specdraft:global_cache_tokens 7.0\n"
+            'ray_vllm_spec_decode_num_accepted_tokens_total{ReplicaId="r"} 15.0\n')
+    assert metric_sums(text) == {"specdraft:accepted_tokens_total": 15.0,
+                                 "specdraft:global_cache_tokens": 7.0}
+    assert metric_sums(text, ("ray_vllm_",)) == {
+        "ray_vllm_spec_decode_num_accepted_tokens_total": 15.0}
