@@ -106,6 +106,28 @@ def errors(rows, model: str, params: dict) -> dict:
     return out
 
 
+def choice_loss(rows, model: str, params: dict, accept=(0.5, 0.6, 0.7, 0.8, 0.9),
+                qs=(2, 4, 8, 16, 32)) -> dict:
+    """How much a preset's draft lengths lose on measured passes of ``model``.
+
+    For each measured (L, B) and per-token acceptance a, the tokens scored per request q (among
+    ``qs``) that maximise expected tokens per ms, (1 - a^q) / (1 - a) / cost, under the preset
+    against under the measured times: the cells where the preset picks the measured best, and
+    the share of the best tokens per ms its pick loses (mean, max)."""
+    table = {(r[1], r[2], r[3]): r[4] for r in rows if r[0] == model}
+    losses = []
+    for L, B in sorted({(L, B) for L, B, _ in table}):
+        if not all((L, B, q) in table for q in qs):
+            continue
+        for a in accept:
+            gain = {q: (1 - a ** q) / (1 - a) for q in qs}
+            measured = {q: gain[q] / table[L, B, q] for q in qs}
+            pick = max(qs, key=lambda q: gain[q] / float(predict(params, B, L, q)))
+            losses.append(1.0 - measured[pick] / max(measured.values()))
+    return {"cells": len(losses), "best": sum(x == 0.0 for x in losses),
+            "mean": float(np.mean(losses)), "max": float(np.max(losses))}
+
+
 def fit_presets(path: str | Path = DATA) -> dict:
     rows = read_table(path)
     return {name: fit_shape(rows, model) for name, model in SHAPES.items()}

@@ -49,6 +49,28 @@ def test_presets_predict_a_grid_they_were_not_fitted_to(name, worst, median):
     assert err.max() < worst and np.median(err) < median, (err.max(), np.median(err))
 
 
+SMALL_SHAPES = Path(costfit.DATA).parent / "h200_cost_curve_small_shapes.json"
+# hidden, layers, intermediate, vocab, heads, kv heads, tied (as in test_preset_from_model_config)
+SIZES = {"qwen2.5-0.5b": (896, 24, 4864, 151936, 14, 2, True),
+         "smollm2-135m": (576, 30, 1536, 49152, 9, 3, True)}
+
+
+@pytest.mark.parametrize("model, mean, worst", [("qwen2.5-0.5b", 0.02, 0.10),
+                                                ("smollm2-135m", 0.05, 0.25)])
+def test_small_preset_sizes_drafts_for_smaller_models(model, mean, worst):
+    """The models specdraft's own commands run (Qwen2.5-0.5B, SmolLM2-135M) get the ``small``
+    preset (fitted to Qwen2.5-1.5B) on a GPU: on their measured H200 passes
+    (benchmarks/data/README.md) its draft lengths lose little of the best tokens per ms."""
+    rows = [(r["model"], r["L"], r["B"], r["q"], r["ms"])
+            for r in json.loads(SMALL_SHAPES.read_text())["results"]]
+    assert preset_for_parameters(parameter_count(*SIZES[model])) == "small"
+    loss = costfit.choice_loss(rows, model, PRESETS["small"])
+    assert loss["cells"] == 40 and loss["mean"] < mean and loss["max"] < worst, loss
+    # the check can fail: a preset that prices each extra token 5x too dear loses more
+    dear = dict(PRESETS["small"], slope=PRESETS["small"]["slope"] * 5)
+    assert costfit.choice_loss(rows, model, dear)["mean"] > mean
+
+
 def test_a_wrong_preset_fails_the_check():
     bad = {k: dict(v) for k, v in PRESETS.items()}
     bad["medium"]["slope"] *= 1.5
