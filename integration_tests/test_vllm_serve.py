@@ -6,6 +6,7 @@ for the metadata of a distribution named ``vllm``, which the CPU build ``vllm-cp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -35,34 +36,31 @@ def server_command(model: str, port: int, speculative_config: dict) -> list[str]
             "--max-num-seqs", "4", "--speculative-config", json.dumps(speculative_config)]
 
 
-@pytest.fixture(scope="module")
-def server(model_path, tmp_path_factory):
+@contextlib.contextmanager
+def serving(model: str, speculative_config: dict, log_path, timeout: float = 600):
+    """A vLLM OpenAI server on 127.0.0.1 with this speculative config, logging to ``log_path``:
+    yields its base URL once /health answers; stopped on exit."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("serve") / "server.log"
-    config = {"method": "custom_class", "model": "specdraft.plugins.vllm.SuffixProposer",
-              "num_speculative_tokens": NUM_SPEC_TOKENS,
-              "specdraft": {"global_cache_tokens": 100_000}}
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(server_command(model_path, port, config), stdout=log,
+        proc = subprocess.Popen(server_command(model, port, speculative_config), stdout=log,
                                 stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                tail = log_path.read_text()[-5000:]
-                pytest.fail(f"server exited with {proc.returncode}:\n{tail}")
+                pytest.fail(f"server exited with {proc.returncode}:\n"
+                            f"{log_path.read_text()[-5000:]}")
             try:
                 if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    STARTUP_METRICS[base] = samples(base)
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
                 pytest.fail(f"server did not start:\n{log_path.read_text()[-5000:]}")
             time.sleep(1)
-        yield base, log_path
+        yield base
     finally:
         proc.terminate()
         try:
@@ -70,6 +68,17 @@ def server(model_path, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(model_path, tmp_path_factory):
+    log_path = tmp_path_factory.mktemp("serve") / "server.log"
+    config = {"method": "custom_class", "model": "specdraft.plugins.vllm.SuffixProposer",
+              "num_speculative_tokens": NUM_SPEC_TOKENS,
+              "specdraft": {"global_cache_tokens": 100_000}}
+    with serving(model_path, config, log_path) as base:
+        STARTUP_METRICS[base] = samples(base)  # before any request
+        yield base, log_path
 
 
 def samples(base: str) -> dict[tuple[str, tuple], float]:

@@ -8,14 +8,9 @@ test_vllm_tenants.py for why); outputs identical to plain decoding.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
-
-import httpx
 import pytest
 from live_prompts import PROMPTS
-from test_vllm_serve import free_port, post, server_command, settled
+from test_vllm_serve import post, serving, settled
 
 NAMES = ("echo_sentence", "code_repeat", "chat_capital", "story")
 MAX_TOKENS = 64
@@ -23,38 +18,12 @@ MAX_TOKENS = 64
 
 @pytest.fixture(scope="module")
 def server(model_path, tmp_path_factory):
-    port = free_port()
     log_path = tmp_path_factory.mktemp("serve-tenants") / "server.log"
     config = {"method": "custom_class", "model": "specdraft.plugins.vllm.SuffixProposer",
               "num_speculative_tokens": 8,
               "specdraft": {"global_cache_tokens": 100_000, "adaptive": False}}
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(server_command(model_path, port, config), stdout=log,
-                                stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n"
-                            f"{log_path.read_text()[-5000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server did not start:\n{log_path.read_text()[-5000:]}")
-            time.sleep(1)
+    with serving(model_path, config, log_path) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def run(base: str, salt: str | None) -> tuple[float, list[str]]:
