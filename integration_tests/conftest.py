@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import socket
 import sys
 
 import pytest
@@ -102,6 +103,13 @@ def make_llm(model: str, env: dict | None = None, **overrides):
             llm.llm_engine.engine_core.shutdown()
         del llm
         gc.collect()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a server a test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def start_local_ray(make_kwargs) -> dict:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
+from conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -38,10 +38,8 @@ def test_vllm_offline_example_drafts() -> None:
 
 def test_ray_serve_llm_example_drafts_more_in_the_repeat() -> None:
     pytest.importorskip("ray.serve.llm")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = run_example(["examples/ray_serve_llm.py", "--max-tokens", "32", "--port", str(port)],
+    out = run_example(["examples/ray_serve_llm.py", "--max-tokens", "32",
+                       "--port", str(free_port())],
                       RAY_memory_monitor_refresh_ms="0")
     # per round: "replica drafted accepted pulled published", then one row per replica
     rows = re.findall(r"round (\d): .*\n.*replica.*\n\s+\d+\s+(\d+)\s+(\d+)", out)

@@ -10,7 +10,6 @@ keep answering (same tokens) when the shared cache's actor is killed mid-run.
 from __future__ import annotations
 
 import os
-import socket
 import time
 
 import pytest
@@ -19,7 +18,7 @@ ray = pytest.importorskip("ray", reason="the [ray] extra is installed by scripts
 pytest.importorskip("ray.serve.llm")
 httpx = pytest.importorskip("httpx")
 
-from conftest import KV_CACHE_BYTES, MAX_MODEL_LEN, start_local_ray  # noqa: E402
+from conftest import KV_CACHE_BYTES, MAX_MODEL_LEN, free_port, start_local_ray  # noqa: E402
 
 from specdraft.plugins.ray_serve import metric_sums  # noqa: E402
 
@@ -34,12 +33,6 @@ PROMPTS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def serve_cluster():
     from ray import serve
@@ -50,10 +43,10 @@ def serve_cluster():
     # _metrics_export_port: Ray's Prometheus endpoint; metrics reported every second.
     started = start_local_ray(lambda: dict(
         num_cpus=2, include_dashboard=False, namespace="specdraft-serve-test",
-        log_to_driver=False, _node_ip_address="127.0.0.1", _metrics_export_port=_free_port(),
+        log_to_driver=False, _node_ip_address="127.0.0.1", _metrics_export_port=free_port(),
         _system_config={"metrics_report_interval_ms": 1000}))
     metrics_port = started["_metrics_export_port"]
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}/metrics"
     serve.shutdown()

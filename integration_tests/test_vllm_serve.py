@@ -9,24 +9,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 import pytest
+from conftest import free_port
 from live_prompts import ECHO_PROMPT, PROMPTS
 
 SERVED = "smollm2"
 NUM_SPEC_TOKENS = 8
 STARTUP_METRICS: dict[str, dict] = {}  # base URL -> /metrics read as soon as the server is up
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_command(model: str, port: int, speculative_config: dict) -> list[str]:
