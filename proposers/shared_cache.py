@@ -123,9 +123,8 @@ class SharedCacheStore:
             taken = self._applied.get(origin, 0)
             skip = max(0, taken - first)
             self._applied[origin] = max(taken, first + len(sequences))
-        for i, seq in enumerate(sequences):
-            if i < skip:
-                continue
+        for i in range(skip, len(sequences)):
+            seq = sequences[i]
             n = len(seq)
             if n == 0 or n > self.budget_tokens:
                 continue
