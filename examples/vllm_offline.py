@@ -26,6 +26,9 @@ def main() -> None:
         dtype="float32",          # on CPU: greedy output identical to plain decoding
         enforce_eager=True,
         max_model_len=2048,
+        # an explicit KV cache (512 MiB: about 11,000 tokens of this model), so the engine starts
+        # wherever the model fits; vLLM's CPU default asks for most of the machine's memory
+        kv_cache_memory_bytes=512 * 2**20,
         speculative_config={
             "method": "custom_class",
             "model": "specdraft.plugins.vllm.SuffixProposer",  # or LookupProposer, TreeProposer

@@ -25,6 +25,7 @@ python -m vllm.entrypoints.openai.api_server \
   --model "$MODEL" --served-model-name model \
   --host 127.0.0.1 --port "$PORT" \
   --dtype float32 --enforce-eager --max-model-len 2048 \
+  --kv-cache-memory-bytes $((512 * 1024 * 1024)) \
   --speculative-config "$SPEC_CONFIG" &
 SERVER=$!
 trap 'kill $SERVER' EXIT
