@@ -31,6 +31,13 @@ if patch:
         experiments.first_gain_gate(float(patch.split(":")[1]))
     elif patch.startswith("streak:"):
         experiments.streak_boost(float(patch.split(":")[1]))
+    elif patch == "boost":
+        experiments.bounded_boost()
+    elif patch.startswith("global:"):
+        experiments.global_factor(*map(float, patch.split(":")[1:]))
+against_none = os.environ.get("NONE") == "1"
+if against_none:
+    SETTINGS.append(("chat", 16, "chat-c16-fp32", "cpu-fp32"))
 trace = load_trace(sys.argv[1])
 variants = [json.loads(v) for v in sys.argv[2:]] or [{}]
 nreq = int(os.environ.get("NREQ", "40"))
@@ -46,14 +53,20 @@ for wl, conc, bench, curve in SETTINGS:
         return decode, r["est_seconds"]
 
     arctic = run(METHODS["arctic-suffix"]())
+    none = run(METHODS["no-drafts"]()) if against_none else None
     row = []
     for v in variants:
         v = dict(v)
         s = run(METHODS["specdraft-suffix"](v.pop("cost_model", curve), v or None))
-        row.append((arctic[0] / s[0], arctic[1] / s[1]))
+        row.append((arctic[0] / s[0], arctic[1] / s[1]) + ((none[0] / s[0],) if none else ()))
     data[bench] = row
-    print(f"{bench:20s} " + " ".join(f"{d:.3f} ({w:.3f})" for d, w in row), flush=True)
+    print(f"{bench:20s} " + " ".join(f"{x[0]:.3f} ({x[1]:.3f})" + (f" x none {x[2]:.3f}" if none else "")
+                                     for x in row), flush=True)
+gmean = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
 for i, v in enumerate(variants):
     ds = [data[b][i][0] for b in data]
-    print(f"{json.dumps(v)}: decode geometric mean {math.exp(sum(map(math.log, ds)) / len(ds)):.3f}, "
-          f"worst {min(ds):.3f}")
+    line = f"{json.dumps(v)}: decode geometric mean {gmean(ds):.3f}, worst {min(ds):.3f}"
+    if against_none:
+        ns = [data[b][i][2] for b in data]
+        line += f"; x none geometric mean {gmean(ns):.3f}, worst {min(ns):.3f}"
+    print(line)

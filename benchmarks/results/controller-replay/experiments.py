@@ -107,3 +107,73 @@ def streak_boost(floor):
 
     C.DraftLengthController.observe = observe
     C.DraftLengthController._path_gains = path_gains
+
+
+def global_factor(prior, decay, cap):
+    """One factor per controller on the path gains of the nodes it sent: (accepted + prior) /
+    (sum of the sent nodes' path gains + prior), old drafts decayed by ``decay`` per draft, at
+    most ``cap``; every node's path gain is multiplied by it. The request factors correct the
+    per-node (conditional) acceptance over the nodes a draft reached; this one corrects what the
+    controller prices, the expected accepted count of whole drafts."""
+    inner_choose = C.DraftLengthController.choose
+    inner_observe = C.DraftLengthController.observe
+    inner_gains = C.DraftLengthController._path_gains
+    state = {}  # controller id -> [accepted, predicted, {key: predicted of the draft in flight}]
+
+    def factor(self):
+        s = state.setdefault(id(self), [0.0, 0.0, {}])
+        return min(cap, (s[0] + prior) / (s[1] + prior))
+
+    def path_gains(self, key, calibration, parents, probs, match_len):
+        g = factor(self)
+        return [min(x * g, C._MAX_PROB) for x in inner_gains(self, key, calibration, parents, probs, match_len)]
+
+    def choose(self, keys, drafts, contexts=None, batch=None, match_lens=None):
+        counts = inner_choose(self, keys, drafts, contexts, batch, match_lens)
+        s, g = state.setdefault(id(self), [0.0, 0.0, {}]), factor(self)
+        for r, (key, (parents, probs)) in enumerate(zip(keys, drafts)):
+            if counts[r]:
+                ml = int(match_lens[r]) if match_lens is not None else 0
+                sent = path_gains(self, key, self._calibration(key), parents, probs, ml)[:counts[r]]
+                s[2][key] = sum(sent) / g  # the gains before this factor
+        return counts
+
+    def observe(self, key, num_accepted):
+        s = state.setdefault(id(self), [0.0, 0.0, {}])
+        predicted = s[2].pop(key, None)
+        ev = self._requests.get(key)
+        if predicted is not None and ev is not None and ev.sent_probs is not None:
+            s[0] = decay * s[0] + min(num_accepted, len(ev.sent_probs))
+            s[1] = decay * s[1] + predicted
+        inner_observe(self, key, num_accepted)
+
+    C.DraftLengthController.choose = choose
+    C.DraftLengthController.observe = observe
+    C.DraftLengthController._path_gains = path_gains
+
+
+def bounded_boost():
+    """A request or match factor above 1 closes part of a node's gap to certainty instead of
+    multiplying its acceptance: q = 1 - (1 - c) / f (below 1, q = c * f as before), so a factor
+    of 1.2 takes 0.85 to 0.875, not to the 0.995 cap."""
+    def path_gains(self, key, calibration, parents, probs, match_len):
+        f = self.request_factor(key)
+        fm = None
+        ev = self._requests.get(key)
+        if self.match_prior > 0 and ev is not None:
+            mp = self.match_prior
+            fm = [(ev.m_acc[m] + mp * f) / (ev.m_exp[m] + mp) for m in range(NM)]
+        out, depth, run = [], [], 1.0
+        for i, p in enumerate(probs):
+            par = parents[i]
+            dep = depth[par] + 1 if par >= 0 else 0
+            depth.append(dep)
+            c = calibration.cal[min(int(p * NB), NB - 1)]
+            x = f if fm is None else fm[C.match_bucket(match_len + dep)]
+            q = min(C._MAX_PROB, c * x if x <= 1.0 else 1.0 - (1.0 - c) / x)
+            g = q * out[par] if par >= 0 else q
+            run = min(run, g)
+            out.append(run)
+        return out
+
+    C.DraftLengthController._path_gains = path_gains
