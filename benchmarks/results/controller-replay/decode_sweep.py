@@ -31,6 +31,10 @@ if patch:
         experiments.first_gain_gate(float(patch.split(":")[1]))
     elif patch.startswith("streak:"):
         experiments.streak_boost(float(patch.split(":")[1]))
+    elif patch.startswith("factor:"):
+        experiments.factor_variant(**json.loads(patch[len("factor:"):]))
+    elif patch.startswith("prior:"):
+        experiments.prior_scale(float(patch.split(":")[1]))
     elif patch == "boost":
         experiments.bounded_boost()
     elif patch.startswith("global:"):

@@ -177,3 +177,54 @@ def bounded_boost():
         return out
 
     C.DraftLengthController._path_gains = path_gains
+
+def factor_variant(cap=float("inf"), up_prior=None, short_cap=None):
+    """The request and match factors bounded: at most ``cap``; a request factor above 1 taken
+    with ``up_prior`` pseudo-observations instead of ``request_prior`` (one lucky draft boosts
+    less); at most ``short_cap`` on nodes whose matched context is under 4 tokens."""
+    def path_gains(self, key, calibration, parents, probs, match_len):
+        ev = self._requests.get(key)
+        f = 1.0
+        if ev is not None:
+            f = (ev.accepted + self.request_prior) / (ev.expected + self.request_prior)
+            if up_prior is not None and f > 1.0:
+                f = (ev.accepted + up_prior) / (ev.expected + up_prior)
+        fm = None
+        if self.match_prior > 0 and ev is not None:
+            mp = self.match_prior
+            fm = [(ev.m_acc[m] + mp * f) / (ev.m_exp[m] + mp) for m in range(NM)]
+        out, depth, run = [], [], 1.0
+        for i, p in enumerate(probs):
+            par = parents[i]
+            dep = depth[par] + 1 if par >= 0 else 0
+            depth.append(dep)
+            c = calibration.cal[min(int(p * NB), NB - 1)]
+            mb = C.match_bucket(match_len + dep)
+            x = f if fm is None else fm[mb]
+            x = min(x, cap)
+            if short_cap is not None and mb <= 1:
+                x = min(x, short_cap)
+            q = min(C._MAX_PROB, c * x)
+            g = q * out[par] if par >= 0 else q
+            run = min(run, g)
+            out.append(run)
+        return out
+    C.DraftLengthController._path_gains = path_gains
+
+
+def prior_scale(s):
+    """Each probability bin's calibration starts at ``s`` times the bin's centre (a cold
+    controller trusts the index's probabilities less)."""
+    class Cal(C._Calibration):
+        __slots__ = ()
+        def __init__(self):
+            super().__init__()
+            self.cal = [s * (b + 0.5) / NB for b in range(NB)]
+    def update_bin(self, c, b, accepted):
+        c.n[b] += 1.0
+        if accepted:
+            c.acc[b] += 1.0
+        prior = self.calibration_prior
+        c.cal[b] = (c.acc[b] + prior * s * (b + 0.5) / NB) / (c.n[b] + prior)
+    C._Calibration = Cal
+    C.DraftLengthController._update_bin = update_bin
