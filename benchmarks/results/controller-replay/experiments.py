@@ -15,6 +15,29 @@ class _JointCalibration:
         self.timing = {}
 
 
+def _gains(self, key, parents, probs, match_len, node, f=None):
+    """The controller's path gains with each node's acceptance from ``node(p, m, x)`` (raw
+    probability, match bucket, the request's factor for that bucket), capped and made
+    non-increasing as the controller does; ``f``: the request factor (default the controller's)."""
+    f = self.request_factor(key) if f is None else f
+    fm = None
+    ev = self._requests.get(key)
+    if self.match_prior > 0 and ev is not None:
+        mp = self.match_prior
+        fm = [(ev.m_acc[m] + mp * f) / (ev.m_exp[m] + mp) for m in range(NM)]
+    out, depth, run = [], [], 1.0
+    for i, p in enumerate(probs):
+        par = parents[i]
+        dep = depth[par] + 1 if par >= 0 else 0
+        depth.append(dep)
+        m = C.match_bucket(match_len + dep)
+        q = min(C._MAX_PROB, node(p, m, f if fm is None else fm[m]))
+        g = q * out[par] if par >= 0 else q
+        run = min(run, g)
+        out.append(run)
+    return out
+
+
 def joint_calibration():
     def update_bin(self, c, b, accepted):
         c.n[b] += 1.0
@@ -42,23 +65,9 @@ def joint_calibration():
         ev.expected = d * ev.expected + expected
 
     def path_gains(self, key, calibration, parents, probs, match_len):
-        f = self.request_factor(key)
-        fm = None
-        ev = self._requests.get(key)
-        if self.match_prior > 0 and ev is not None:
-            mp = self.match_prior
-            fm = [(ev.m_acc[m] + mp * f) / (ev.m_exp[m] + mp) for m in range(NM)]
-        out, depth, run = [], [], 1.0
-        for i, p in enumerate(probs):
-            par = parents[i]
-            dep = depth[par] + 1 if par >= 0 else 0
-            depth.append(dep)
-            m = C.match_bucket(match_len + dep)
-            q = min(C._MAX_PROB, calibration.cal[min(int(p * NB), NB - 1) * NM + m] * (f if fm is None else fm[m]))
-            g = q * out[par] if par >= 0 else q
-            run = min(run, g)
-            out.append(run)
-        return out
+        cal = calibration.cal
+        return _gains(self, key, parents, probs, match_len,
+                      lambda p, m, x: cal[min(int(p * NB), NB - 1) * NM + m] * x)
 
     C._Calibration = _JointCalibration
     C.DraftLengthController._update_bin = update_bin
@@ -157,24 +166,12 @@ def bounded_boost():
     multiplying its acceptance: q = 1 - (1 - c) / f (below 1, q = c * f as before), so a factor
     of 1.2 takes 0.85 to 0.875, not to the 0.995 cap."""
     def path_gains(self, key, calibration, parents, probs, match_len):
-        f = self.request_factor(key)
-        fm = None
-        ev = self._requests.get(key)
-        if self.match_prior > 0 and ev is not None:
-            mp = self.match_prior
-            fm = [(ev.m_acc[m] + mp * f) / (ev.m_exp[m] + mp) for m in range(NM)]
-        out, depth, run = [], [], 1.0
-        for i, p in enumerate(probs):
-            par = parents[i]
-            dep = depth[par] + 1 if par >= 0 else 0
-            depth.append(dep)
-            c = calibration.cal[min(int(p * NB), NB - 1)]
-            x = f if fm is None else fm[C.match_bucket(match_len + dep)]
-            q = min(C._MAX_PROB, c * x if x <= 1.0 else 1.0 - (1.0 - c) / x)
-            g = q * out[par] if par >= 0 else q
-            run = min(run, g)
-            out.append(run)
-        return out
+        cal = calibration.cal
+
+        def node(p, m, x):
+            c = cal[min(int(p * NB), NB - 1)]
+            return c * x if x <= 1.0 else 1.0 - (1.0 - c) / x
+        return _gains(self, key, parents, probs, match_len, node)
 
     C.DraftLengthController._path_gains = path_gains
 
@@ -189,26 +186,15 @@ def factor_variant(cap=float("inf"), up_prior=None, short_cap=None):
             f = (ev.accepted + self.request_prior) / (ev.expected + self.request_prior)
             if up_prior is not None and f > 1.0:
                 f = (ev.accepted + up_prior) / (ev.expected + up_prior)
-        fm = None
-        if self.match_prior > 0 and ev is not None:
-            mp = self.match_prior
-            fm = [(ev.m_acc[m] + mp * f) / (ev.m_exp[m] + mp) for m in range(NM)]
-        out, depth, run = [], [], 1.0
-        for i, p in enumerate(probs):
-            par = parents[i]
-            dep = depth[par] + 1 if par >= 0 else 0
-            depth.append(dep)
-            c = calibration.cal[min(int(p * NB), NB - 1)]
-            mb = C.match_bucket(match_len + dep)
-            x = f if fm is None else fm[mb]
+        cal = calibration.cal
+
+        def node(p, m, x):
             x = min(x, cap)
-            if short_cap is not None and mb <= 1:
+            if short_cap is not None and m <= 1:
                 x = min(x, short_cap)
-            q = min(C._MAX_PROB, c * x)
-            g = q * out[par] if par >= 0 else q
-            run = min(run, g)
-            out.append(run)
-        return out
+            return cal[min(int(p * NB), NB - 1)] * x
+        return _gains(self, key, parents, probs, match_len, node, f)
+
     C.DraftLengthController._path_gains = path_gains
 
 
