@@ -32,10 +32,12 @@ for wl, conc, bench, curve in SETTINGS:
     m1 = SpecdraftMethod("sd", opts); r1, d1 = run(m1)
     m2 = SpecdraftMethod("sd", opts)
     c1, c2 = m1.drafter.controller, m2.drafter.controller
-    if "cal" in mode:
-        c2._default = copy.deepcopy(c1._default)
-    if "cost" in mode:
+    if "cal" in mode:  # the per-bin calibration
+        for name in ("acc", "n", "cal"):
+            setattr(c2._default, name, list(getattr(c1._default, name)))
+    if "cost" in mode:  # the pass timings (shared, and those of the unscoped pool's batches)
         c2.cost_model._obs = copy.deepcopy(c1.cost_model._obs)
+        c2._default.timing = copy.deepcopy(c1._default.timing)
     r2, d2 = run(m2)
     xa.append(da / d2); xn.append(dn / d2)
     print(f"{bench:18s} cold: x arctic {da/d1:.3f} x none {dn/d1:.3f} (d{r1['drafted_tokens']} a{r1['accepted_tokens']}) | carried: x arctic {da/d2:.3f} x none {dn/d2:.3f} (d{r2['drafted_tokens']} a{r2['accepted_tokens']})", flush=True)
