@@ -148,7 +148,8 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
                     shown.advance()
                 res.counters["cpu_pressure"] = live.cpu_pressure()
                 res.counters["reset"] = reset
-                # the engine's first step: the requests that had reached it (a race, read from the run)
+                # the engine's first step: the requests it admitted, read from the run (every one
+                # since generate() hands them over in one burst; runs before that drew it by race)
                 res.counters["schedule"] = dict(schedule, first_step=(
                     1 if sequential else res.first_step))
                 if r < 0:
@@ -276,8 +277,9 @@ def run_schedule(run, max_num_seqs: int):
     """The engine schedule a run had (one request at a time when ``max_num_seqs`` is 1)."""
     from specdraft.replay import EngineSchedule
 
-    # generate() hands requests to an engine that starts stepping on the first one: the first
-    # step holds those that had arrived (recorded from vLLM's stamps; older runs: the first)
+    # the first step holds the requests that had reached the engine (recorded from vLLM's
+    # stamps: since live.generate hands them over in one burst, all it admits; older runs raced
+    # an engine that stepped on the first; runs without stamps: the first)
     sched = dict(run.counters["schedule"], max_num_seqs=max_num_seqs)
     if sched.get("first_step") is None:
         sched["first_step"] = 1

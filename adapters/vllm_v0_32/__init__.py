@@ -75,6 +75,7 @@ from specdraft.adapters.vllm_v0_32.contract import (
 from specdraft.adapters.vllm_v0_32.outputs import (
     PER_REQUEST_METRICS_ARGS,
     first_step_requests,
+    generate_in_one_burst,
     request_latencies,
     request_spec_counters,
     served_model_name,
@@ -165,5 +166,5 @@ __all__ = [
     "RunnerStandIn", "scheduler_output_standin",
     # outputs
     "request_latencies", "first_step_requests", "PER_REQUEST_METRICS_ARGS", "served_model_name",
-    "request_spec_counters",
+    "request_spec_counters", "generate_in_one_burst",
 ]

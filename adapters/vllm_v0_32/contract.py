@@ -41,6 +41,13 @@ SOURCE_FUNCTIONS = (
      ("self", "num_speculative_tokens", "input_batch", "sampled_token_ids", "slot_mappings")),
     ("vllm/v1/engine/input_processor.py", "InputProcessor.process_inputs",
      ("self", "request_id", "prompt", "params")),
+    # the benchmarks' one burst (outputs.generate_in_one_burst): generate() adds its requests
+    # through this method, between a scheduler pause and its resume
+    ("vllm/entrypoints/common/offline.py", "OfflineInferenceMixin._add_completion_requests",
+     ("self", "prompts", "params")),
+    ("vllm/v1/engine/core_client.py", "SyncMPClient.call_utility", ("self", "method")),
+    ("vllm/v1/engine/core.py", "EngineCore.pause_scheduler", ("self", "mode", "clear_cache")),
+    ("vllm/v1/engine/core.py", "EngineCore.resume_scheduler", ("self",)),
 )
 # Fields read on vLLM objects: (file, class, names assigned in its body or __init__)
 SOURCE_FIELDS = (
