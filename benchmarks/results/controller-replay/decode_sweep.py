@@ -13,15 +13,10 @@ pass "native": false).
 """
 import json, math, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from priced import pass_cost, replay_priced, workload_requests
+from priced import CHAT_16_FP32, SETTINGS, replay_priced, seed2_cost, workload_requests
 from specdraft.replay import load_trace
 from specdraft.replay.methods import METHODS
 
-SETTINGS = [("agentic", 4, "agentic-c4-bf16", "cpu-bf16"), ("agentic", 4, "agentic-c4-fp32", "cpu-fp32"),
-            ("code_edit", 4, "code-edit-c4-bf16", "cpu-bf16"), ("code_edit", 4, "code-edit-c4-fp32", "cpu-fp32"),
-            ("chat", 4, "chat-c4-bf16", "cpu-bf16"), ("agentic", 16, "agentic-c16-bf16", "cpu-bf16"),
-            ("code_edit", 16, "code-edit-c16-bf16", "cpu-bf16"), ("chat", 16, "chat-c16-bf16", "cpu-bf16")]
-HERE = os.path.dirname(os.path.abspath(__file__))
 patch = os.environ.get("PATCH", "")
 if patch:
     import experiments
@@ -41,7 +36,7 @@ if patch:
         experiments.global_factor(*map(float, patch.split(":")[1:]))
 against_none = os.environ.get("NONE") == "1"
 if against_none:
-    SETTINGS.append(("chat", 16, "chat-c16-fp32", "cpu-fp32"))
+    SETTINGS = SETTINGS + [CHAT_16_FP32]
 trace = load_trace(sys.argv[1])
 variants = [json.loads(v) for v in sys.argv[2:]] or [{}]
 nreq = int(os.environ.get("NREQ", "40"))
@@ -50,7 +45,7 @@ for wl, conc, bench, curve in SETTINGS:
     recs, reqs = workload_requests(trace, wl, nreq)
     if not recs:
         continue  # the trace has no such workload
-    cost = pass_cost(os.path.join(HERE, "..", f"bench-seed2-{bench}.json"))
+    cost = seed2_cost(bench)
 
     def run(method):
         r, decode = replay_priced(method, reqs, conc, cost)

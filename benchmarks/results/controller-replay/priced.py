@@ -1,9 +1,26 @@
-"""What ceiling.py and decode_sweep.py share: a workload's requests as the bench runs them, and
-one replay on the live engine's schedule priced by a bench's measured passes, decode apart."""
+"""What ceiling.py, decode_sweep.py and warm_start.py share: the settings they price, a
+workload's requests as the bench runs them, and one replay on the live engine's schedule priced
+by a bench's measured passes, decode apart."""
 import json
+import os
 
 from specdraft.bench import measured_cost, merged_pass_costs, request_limits, select_requests
 from specdraft.replay import EngineSchedule, replay_engine
+
+
+# (workload, requests in flight, the seed-2 bench whose passes price it, the CPU curve the vLLM
+# adapter picks for its dtype)
+SETTINGS = [("agentic", 4, "agentic-c4-bf16", "cpu-bf16"), ("agentic", 4, "agentic-c4-fp32", "cpu-fp32"),
+            ("code_edit", 4, "code-edit-c4-bf16", "cpu-bf16"), ("code_edit", 4, "code-edit-c4-fp32", "cpu-fp32"),
+            ("chat", 4, "chat-c4-bf16", "cpu-bf16"), ("agentic", 16, "agentic-c16-bf16", "cpu-bf16"),
+            ("code_edit", 16, "code-edit-c16-bf16", "cpu-bf16"), ("chat", 16, "chat-c16-bf16", "cpu-bf16")]
+CHAT_16_FP32 = ("chat", 16, "chat-c16-fp32", "cpu-fp32")  # "never lose" under load, float32
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def seed2_cost(bench):
+    """``cost(step, rows, tokens)`` from the seed-2 bench ``bench-seed2-<bench>.json``."""
+    return pass_cost(os.path.join(RESULTS, f"bench-seed2-{bench}.json"))
 
 
 def workload_requests(records, workload, limit, max_tokens=128):

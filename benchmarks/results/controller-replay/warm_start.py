@@ -10,22 +10,17 @@ every round. Prints each setting's decode seconds over arctic's and no drafts', 
 import copy, math, os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from priced import pass_cost, replay_priced, workload_requests
+from priced import CHAT_16_FP32, SETTINGS, replay_priced, seed2_cost, workload_requests
 from specdraft.replay import load_trace
 from specdraft.replay.methods import METHODS, SpecdraftMethod
-SETTINGS = [("agentic", 4, "agentic-c4-bf16", "cpu-bf16"), ("agentic", 4, "agentic-c4-fp32", "cpu-fp32"),
-            ("code_edit", 4, "code-edit-c4-bf16", "cpu-bf16"), ("code_edit", 4, "code-edit-c4-fp32", "cpu-fp32"),
-            ("chat", 4, "chat-c4-bf16", "cpu-bf16"), ("agentic", 16, "agentic-c16-bf16", "cpu-bf16"),
-            ("code_edit", 16, "code-edit-c16-bf16", "cpu-bf16"), ("chat", 16, "chat-c16-bf16", "cpu-bf16"),
-            ("chat", 16, "chat-c16-fp32", "cpu-fp32")]
 trace = load_trace(sys.argv[1]); nreq = int(os.environ.get("NREQ", "15"))
 mode = os.environ.get("CARRY", "cal+cost")
 xa, xn = [], []
-for wl, conc, bench, curve in SETTINGS:
+for wl, conc, bench, curve in SETTINGS + [CHAT_16_FP32]:
     recs, reqs = workload_requests(trace, wl, nreq)
     if not recs:
         continue
-    cost = pass_cost(os.path.join(HERE, "..", f"bench-seed2-{bench}.json"))
+    cost = seed2_cost(bench)
     run = lambda m: replay_priced(m, reqs, conc, cost)
     dn, da = run(METHODS["no-drafts"]())[1], run(METHODS["arctic-suffix"]())[1]
     opts = {"strategy": "suffix", "cost_model": curve, "native": False}
