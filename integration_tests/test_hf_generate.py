@@ -3,7 +3,8 @@
 Greedy: token-identical to ``model.generate`` for chains and trees, on prompts where drafts are
 accepted several tokens deep (fewer target passes than tokens). Sampling: the distribution of
 short outputs equals the target's exact distribution and ``model.generate``'s samples
-(chi-square), and the same test rejects an engine with a planted bug.
+(chi-square), and the same test rejects an engine with a planted bug (a broken verifier that
+the test patches into the engine; the package ships none).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections import Counter
 import pytest
 import torch
 
+import specdraft.hf_generate as hf_generate
 from specdraft.hf_generate import SpeculativeGenerator
+from specdraft.verify import children
 
 pytest.importorskip("transformers")
 
@@ -142,9 +145,22 @@ def _gof_p(counts: Counter, exact: dict, n: int) -> float:
     return float(chisquare(obs, exp).pvalue)
 
 
-def _engine_samples(model, prompt, bug=None, seed=0) -> tuple[Counter, int, int]:
-    gen = SpeculativeGenerator(model, {"strategy": "tree", "adaptive": False}, max_draft_tokens=6,
-                               _planted_bug=bug)
+def _accept_drafts(probs, tree, generator, draft_probs=None) -> list[int]:
+    """A planted bug in the place of ``verify_sampling``: walk into the first child the target
+    gives any probability (no sampling test), then sample the correction as usual."""
+    kids = children(tree)
+    emitted, node = [], -1
+    while True:
+        child = next((c for c in kids[node + 1] if probs[node + 1, tree.token_ids[c]] > 0), None)
+        if child is None:
+            emitted.append(int(torch.multinomial(probs[node + 1], 1, generator=generator)))
+            return emitted
+        emitted.append(tree.token_ids[child])
+        node = child
+
+
+def _engine_samples(model, prompt, seed=0) -> tuple[Counter, int, int]:
+    gen = SpeculativeGenerator(model, {"strategy": "tree", "adaptive": False}, max_draft_tokens=6)
     g = torch.Generator().manual_seed(seed)
     counts: Counter = Counter()
     passes = accepted = 0
@@ -187,10 +203,11 @@ def test_sampling_matches_generate(sampling_setup):
     assert chi2_contingency(table)[1] > PASS_P  # engine and generate samples: one distribution
 
 
-def test_sampling_catches_planted_bug(sampling_setup):
+def test_sampling_catches_planted_bug(sampling_setup, monkeypatch):
     """Following drafts without the sampling test biases the output toward the drafts."""
     model, prompt, exact = sampling_setup
-    counts, _, _ = _engine_samples(model, prompt, bug="accept_drafts")
+    monkeypatch.setattr(hf_generate, "verify_sampling", _accept_drafts, raising=True)
+    counts, _, _ = _engine_samples(model, prompt)
     assert _gof_p(counts, exact, SAMPLES) < REJECT_P
 
 

@@ -38,13 +38,6 @@ from specdraft.verify import children, verify_greedy, verify_sampling
 
 __all__ = ["GenerationStats", "GenerationResult", "SpeculativeGenerator", "generate"]
 
-# Test-only: deliberately broken variants, so the tests can show they catch a broken engine.
-_PLANTED_BUGS = (
-    "accept_drafts",  # accept a drafted child whenever the target gives its token any probability
-                      # (no sampling test), then sample the correction as usual
-)
-
-
 @dataclasses.dataclass
 class GenerationStats:
     target_passes: int = 0     # target forward passes (the one over the prompt included)
@@ -121,13 +114,11 @@ class SpeculativeGenerator:
     _ids = itertools.count()
 
     def __init__(self, model, drafter: SpecDrafter | DrafterConfig | dict | None = None, *,
-                 max_draft_tokens: int = 16, _planted_bug: str | None = None):
+                 max_draft_tokens: int = 16):
         hf.check_version()
         hf.check_model(model)
         if not isinstance(max_draft_tokens, int) or max_draft_tokens < 0:
             raise ValueError(f"max_draft_tokens={max_draft_tokens!r}: accepted an integer >= 0")
-        if _planted_bug is not None and _planted_bug not in _PLANTED_BUGS:
-            raise ValueError(f"_planted_bug: expected one of {_PLANTED_BUGS}, got {_planted_bug!r}")
         if not isinstance(drafter, SpecDrafter):
             options = (dataclasses.asdict(drafter) if isinstance(drafter, DrafterConfig)
                        else dict(drafter or {}))
@@ -136,7 +127,6 @@ class SpeculativeGenerator:
         self.model = model
         self.drafter = drafter
         self.max_draft_tokens = max_draft_tokens
-        self._bug = _planted_bug
 
     @torch.inference_mode()
     def generate(self, input_ids: Sequence[int] | torch.Tensor, max_new_tokens: int, *,
@@ -243,23 +233,7 @@ class SpeculativeGenerator:
     def _accept(self, rows: torch.Tensor, tree: DraftTree, generator, warpers) -> list[int]:
         if warpers is None:
             return verify_greedy(rows, tree)
-        probs = torch.softmax(warpers(None, rows), dim=-1)
-        if self._bug == "accept_drafts":
-            return _accept_drafts_bug(probs, tree, generator)
-        return verify_sampling(probs, tree, generator)
-
-
-def _accept_drafts_bug(probs: torch.Tensor, tree: DraftTree, generator) -> list[int]:
-    """Planted bug: walk into the first child the target gives any probability, untested."""
-    kids = children(tree)
-    emitted, node = [], -1
-    while True:
-        child = next((c for c in kids[node + 1] if probs[node + 1, tree.token_ids[c]] > 0), None)
-        if child is None:
-            emitted.append(int(torch.multinomial(probs[node + 1], 1, generator=generator)))
-            return emitted
-        emitted.append(tree.token_ids[child])
-        node = child
+        return verify_sampling(torch.softmax(warpers(None, rows), dim=-1), tree, generator)
 
 
 def generate(model, input_ids, max_new_tokens: int, drafter=None, *, max_draft_tokens: int = 16,

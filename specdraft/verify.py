@@ -78,14 +78,6 @@ __all__ = [
 
 ROOT = -1  # the node "before" the tree: the context's last token
 
-# Test-only: deliberately broken variants of rule 2/3, so the tests can prove they would catch a
-# broken verifier. Never set these outside tests.
-_PLANTED_BUGS = (
-    "resample_from_p",  # after a rejection draw from p, not from the residual (rule 3);
-                        # after a miss, emit a fresh draw from p instead of the missed one (rule 2)
-    "accept_with_p",    # accept x with probability p(x) instead of min(1, p(x) / q(x)) (rule 3)
-)
-
 
 # --------------------------------------------------------------------------- the tree
 
@@ -172,8 +164,7 @@ def _accept(r_x: torch.Tensor, q_x: torch.Tensor, generator: torch.Generator) ->
 
 
 def verify_sampling(target_probs: torch.Tensor, tree: DraftTree, generator: torch.Generator,
-                    draft_probs: torch.Tensor | None = None, *,
-                    _planted_bug: str | None = None) -> list[int]:
+                    draft_probs: torch.Tensor | None = None) -> list[int]:
     """Rules 2 and 3: lossless speculative sampling over a draft tree.
 
     ``target_probs``: ``[len(tree) + 1, vocab]``, the target's (processed) probabilities, rows
@@ -181,48 +172,37 @@ def verify_sampling(target_probs: torch.Tensor, tree: DraftTree, generator: torc
     ``[len(tree), vocab]`` where row i is the distribution q that node i's token was drawn from,
     given its path and its earlier siblings (rule 3). Returns the emitted tokens: the accepted
     draft tokens, then the correction or bonus token.
-
-    ``_planted_bug`` is for tests only (see ``_PLANTED_BUGS``).
     """
     _check(target_probs, tree, draft_probs)
-    if _planted_bug is not None and _planted_bug not in _PLANTED_BUGS:
-        raise ValueError(f"_planted_bug: expected one of {_PLANTED_BUGS}, got {_planted_bug!r}")
     kids = children(tree)
     emitted: list[int] = []
     node = ROOT
     while node is not None:
         p = target_probs[node + 1]
         if draft_probs is None:
-            x, node = _follow_sample(p, tree, kids[node + 1], generator, _planted_bug)
+            x, node = _follow_sample(p, tree, kids[node + 1], generator)
         else:
-            x, node = _rejection_step(p, tree, kids[node + 1], draft_probs, generator, _planted_bug)
+            x, node = _rejection_step(p, tree, kids[node + 1], draft_probs, generator)
         emitted.append(x)
     return emitted
 
 
 def _follow_sample(p: torch.Tensor, tree: DraftTree, kids: list[int],
-                   generator: torch.Generator, bug: str | None) -> tuple[int, int | None]:
+                   generator: torch.Generator) -> tuple[int, int | None]:
     """Rule 2 at one node: x ~ p; return (x, the child with token x, or None to stop)."""
     x = _sample(p, generator)
-    child = next((c for c in kids if tree.token_ids[c] == x), None)
-    if child is None and bug == "resample_from_p":
-        x = _sample(p, generator)  # BUG: the draw that missed is replaced, biasing toward drafts
-    return x, child
+    return x, next((c for c in kids if tree.token_ids[c] == x), None)
 
 
 def _rejection_step(p: torch.Tensor, tree: DraftTree, kids: list[int], draft_probs: torch.Tensor,
-                    generator: torch.Generator, bug: str | None) -> tuple[int, int | None]:
+                    generator: torch.Generator) -> tuple[int, int | None]:
     """Rule 3 at one node: try the children in order against the running residual r."""
     r = p
     for c in kids:
         x, q = tree.token_ids[c], draft_probs[c]
-        if bug == "accept_with_p":
-            if _accept(r[x], torch.ones_like(q[x]), generator):  # BUG: probability r(x)
-                return x, c
-        elif _accept(r[x], q[x], generator):
+        if _accept(r[x], q[x], generator):
             return x, c
-        if bug != "resample_from_p":  # BUG when skipped: r stays p
-            r = residual(r, q)
+        r = residual(r, q)
     return _sample(r, generator), None
 
 

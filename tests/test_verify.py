@@ -1,7 +1,8 @@
 """The reference verifier is lossless: greedy output is token-for-token plain greedy decoding, and
 sampled output has exactly the target's distribution (chi-square over whole short sequences),
 for chains and trees, deterministic drafts and drafts sampled from q. The same statistical test
-must reject a verifier with a planted bug, so a pass means something."""
+must reject a verifier with a planted bug, so a pass means something. The bugs live here, not in
+the package: each is a broken variant of one step of ``specdraft.verify``, patched in by the test."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ import random
 import pytest
 import torch
 
+import specdraft.verify as verify_module
 from specdraft.proposers.base import DraftTree
 from specdraft.verify import (
+    _accept,
+    _sample,
     children,
     reference_generate,
     speculative_generate,
     tree_contexts,
+    residual,
     verify_greedy,
     verify_sampling,
 )
@@ -222,8 +227,56 @@ def make_drafter(kind: str, target: TableModel, draft_model: TableModel, rng: ra
     return draft
 
 
-def sampled_sequence_pvalue(kind: str, bug: str | None, trials: int = TRIALS,
-                            seed: int = 3) -> float:
+# Planted bugs: broken variants of the one-node steps of rule 2 (``_follow_sample``) and rule 3
+# (``_rejection_step``), same signatures. ``PLANTED_BUGS[bug]`` maps each step a bug breaks to its
+# broken variant; :func:`plant` patches them into ``specdraft.verify``.
+
+def _follow_sample_resample_from_p(p, tree, kids, generator):
+    """Rule 2, broken: after a miss, emit a fresh draw from p instead of the draw that missed
+    (the draw that missed is replaced, biasing the output toward the drafts)."""
+    x = _sample(p, generator)
+    child = next((c for c in kids if tree.token_ids[c] == x), None)
+    if child is None:
+        x = _sample(p, generator)  # BUG
+    return x, child
+
+
+def _rejection_step_resample_from_p(p, tree, kids, draft_probs, generator):
+    """Rule 3, broken: after a rejection draw from p, not from the residual (r stays p)."""
+    for c in kids:
+        x, q = tree.token_ids[c], draft_probs[c]
+        if _accept(p[x], q[x], generator):
+            return x, c
+    return _sample(p, generator), None  # BUG: no r <- residual(r, q)
+
+
+def _rejection_step_accept_with_p(p, tree, kids, draft_probs, generator):
+    """Rule 3, broken: accept x with probability r(x) instead of min(1, r(x) / q(x))."""
+    r = p
+    for c in kids:
+        x, q = tree.token_ids[c], draft_probs[c]
+        if _accept(r[x], torch.ones_like(q[x]), generator):  # BUG: probability r(x)
+            return x, c
+        r = residual(r, q)
+    return _sample(r, generator), None
+
+
+PLANTED_BUGS = {
+    "resample_from_p": {"_follow_sample": _follow_sample_resample_from_p,
+                        "_rejection_step": _rejection_step_resample_from_p},
+    "accept_with_p": {"_rejection_step": _rejection_step_accept_with_p},
+}
+
+
+def plant(monkeypatch, bug: str) -> None:
+    """Patch ``bug``'s broken steps into ``specdraft.verify`` (undone after the test). Patching a
+    step the module no longer has fails (``raising=True``), so a rename cannot silently disarm
+    the bug."""
+    for name, broken in PLANTED_BUGS[bug].items():
+        monkeypatch.setattr(verify_module, name, broken, raising=True)
+
+
+def sampled_sequence_pvalue(kind: str, trials: int = TRIALS, seed: int = 3) -> float:
     """Generate ``trials`` sequences of LENGTH tokens by drafting and verifying; return the
     chi-square p-value of their counts against the target's exact sequence distribution."""
     target = TableModel(VOCAB, seed=1)
@@ -239,7 +292,7 @@ def sampled_sequence_pvalue(kind: str, bug: str | None, trials: int = TRIALS,
             tree, q = draft(seq)
             ctxs = tree_contexts(seq, tree)  # the target's rows: context + each root path
             rows = target.probs[[c[-2] for c in ctxs], [c[-1] for c in ctxs]]
-            seq += verify_sampling(rows, tree, generator, q, _planted_bug=bug)
+            seq += verify_sampling(rows, tree, generator, q)
         key = tuple(seq[len(PROMPT):len(PROMPT) + LENGTH])
         counts[key] = counts.get(key, 0) + 1
     return chi2_pvalue(counts, target.sequence_probs(PROMPT, LENGTH), trials)
@@ -250,7 +303,7 @@ KINDS = ["chain_det", "tree_det", "chain_q", "tree_q"]
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_sampling_is_lossless(kind):
-    p = sampled_sequence_pvalue(kind, bug=None)
+    p = sampled_sequence_pvalue(kind)
     assert p > PASS_P, f"{kind}: emitted sequences do not follow the target (p = {p:.3g})"
 
 
@@ -262,8 +315,9 @@ def test_sampling_is_lossless(kind):
     ("tree_q", "resample_from_p"),
     ("tree_q", "accept_with_p"),
 ])
-def test_planted_bug_is_caught(kind, bug):
-    p = sampled_sequence_pvalue(kind, bug=bug, trials=BUG_TRIALS)
+def test_planted_bug_is_caught(kind, bug, monkeypatch):
+    plant(monkeypatch, bug)
+    p = sampled_sequence_pvalue(kind, trials=BUG_TRIALS)
     assert p < REJECT_P, f"{kind} with bug {bug!r}: the test failed to notice (p = {p:.3g})"
 
 
@@ -280,7 +334,5 @@ def test_sampling_rejects_bad_inputs():
     tree = DraftTree.chain([1, 2])
     with pytest.raises(ValueError):
         verify_sampling(rows, tree, g, torch.full((3, 4), 0.25))  # one q row per node
-    with pytest.raises(ValueError):
-        verify_sampling(rows, tree, g, _planted_bug="nope")
     with pytest.raises(ValueError):
         verify_sampling(rows, DraftTree([1, 2], [1, -1], [1.0, 1.0]), g)  # child before parent
