@@ -5,7 +5,7 @@ output tokens). Prints P(at least one token accepted) and the rejected tokens by
 match length, its first token's probability, and whether the request's previous draft had any /
 all of its tokens accepted.
 
-    python features.py TRACE WORKLOAD
+    python experiments/controller-replay/features.py TRACE WORKLOAD
 """
 import sys, collections, math
 from specdraft.replay import load_trace

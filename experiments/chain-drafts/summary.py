@@ -1,6 +1,7 @@
-"""Ablation summary of the chain-draft defaults from the replay results next to this file.
+"""Ablation summary of the chain-draft defaults from the replay results in
+benchmarks/results/chain-drafts/ (written by run.sh beside this file).
 
-    python benchmarks/results/chain-drafts/summary.py > benchmarks/results/chain-drafts/summary.md
+    python experiments/chain-drafts/summary.py > benchmarks/results/chain-drafts/summary.md
 
 Per trace and workload: output tokens per target pass and drafted tokens per accepted token of
 arctic's suffix decoding (vLLM defaults) and of specdraft's chain (``specdraft-suffix``) with the
@@ -13,7 +14,9 @@ import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# the results this script writes and reads (it lives in experiments/chain-drafts/)
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "results",
+                   "chain-drafts")
 RUNS = [("", "defaults"), ("-max_waste64", "max_waste off"), ("-local_weight1", "local_weight 1"),
         ("-before", "both off")]
 
@@ -24,7 +27,7 @@ def tpp(m: dict) -> float:
 
 
 def main() -> int:
-    names = sorted(f[:-5] for f in os.listdir(HERE)
+    names = sorted(f[:-5] for f in os.listdir(OUT)
                    if f.endswith(".json") and not any(f[:-5].endswith(s) for s, _ in RUNS[1:]))
     out = ["| trace | workload | arctic tokens/pass | arctic d/a | "
            + " | ".join(f"{label} x | {label} d/a" for _, label in RUNS)
@@ -33,7 +36,7 @@ def main() -> int:
     for name in names:
         runs = {}
         for suffix, _ in RUNS:
-            path = os.path.join(HERE, name + suffix + ".json")
+            path = os.path.join(OUT, name + suffix + ".json")
             if os.path.exists(path):
                 with open(path, encoding="utf-8") as f:
                     runs[suffix] = json.load(f)["results"]

@@ -1,6 +1,6 @@
 """How much target-logit recycling could add at most, on a trace recorded with --top-k.
 
-    python benchmarks/results/recycling/bound.py benchmarks/traces/qwen2.5-coder-0.5b-topk-seed2.jsonl.gz
+    python experiments/recycling/bound.py benchmarks/traces/qwen2.5-coder-0.5b-topk-seed2.jsonl.gz
 
 Per workload, batch 1, draft budget 16: specdraft without recycling, with recycling as
 ``specdraft replay`` runs it (the table fed the top-k of every position the pass emitted), and

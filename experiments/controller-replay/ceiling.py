@@ -8,7 +8,7 @@ schedule; `sd-ctl` is specdraft's controller; `arctic` is vLLM `suffix`. Besides
 ("est_s", prefill included) it prices decode alone: the passes with no prefill chunk (at most 17
 tokens a row), the run's share that 1/TPOT measures.
 
-    python ceiling.py TRACE WORKLOAD CONCURRENCY BENCH_JSON [CPU_CURVE]
+    python experiments/controller-replay/ceiling.py TRACE WORKLOAD CONCURRENCY BENCH_JSON [CPU_CURVE]
 
 A pass shape the bench never measured is priced as the nearest size it measured with as many
 rows (``specdraft.bench.measured_cost``), which flatters drafts longer than any it ran.

@@ -8,9 +8,9 @@ The seed-2 chat prompts at 16 in flight (the shape of bench-seed2-chat-c16-*.jso
 (VLLM_ENABLE_V1_MULTIPROCESSING=0) so the model's forward can be timed per step. Each round
 starts from a clean prefix cache and global cache, as ``specdraft bench`` does.
 
-    python benchmarks/results/zero-draft-steps/run.py none float32      # then: zero float32, ...
-Prints one line a round and appends them to results.jsonl beside this file. Run the methods
-alternately, nothing else on the machine.
+    python experiments/zero-draft-steps/run.py none float32      # then: zero float32, ...
+Prints one line a round and appends them to benchmarks/results/zero-draft-steps/results.jsonl.
+Run the methods alternately, nothing else on the machine.
 """
 import collections
 import json
@@ -26,7 +26,9 @@ from specdraft.models import resolve_model
 from specdraft.replay import load_trace
 
 TRACE = "benchmarks/traces/qwen2.5-coder-0.5b-topk-seed2.jsonl.gz"
-HERE = os.path.dirname(os.path.abspath(__file__))
+# the results this script writes and reads (it lives in experiments/zero-draft-steps/)
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "results",
+                   "zero-draft-steps")
 
 
 def main(method: str, dtype: str, rounds: int = 3) -> None:
@@ -78,7 +80,7 @@ def main(method: str, dtype: str, rounds: int = 3) -> None:
                "cpu_pressure": live.cpu_pressure()}
         print(json.dumps(row), flush=True)
         if r:
-            with open(os.path.join(HERE, "results.jsonl"), "a") as f:
+            with open(os.path.join(OUT, "results.jsonl"), "a") as f:
                 f.write(json.dumps(row) + "\n")
     live.shutdown(llm)
 

@@ -5,7 +5,7 @@ sent, the path gain it priced the node at and whether the target accepted it. Pr
 reliability table by gain decile (mean gain, fraction accepted) and, with DEPTH=1, split by the
 node's depth in its draft (0, 1, 2, 3+) and the draft's length (< 8, >= 8).
 
-    python calibration.py TRACE WORKLOAD CONCURRENCY BENCH_JSON CPU_CURVE [NREQ] [PATCH]
+    python experiments/controller-replay/calibration.py TRACE WORKLOAD CONCURRENCY BENCH_JSON CPU_CURVE [NREQ] [PATCH]
 
 PATCH: one of decode_sweep.py's (e.g. global:8:0.99:1). Used in summary.md on chat at 16 in
 flight (seed 1, 15 requests, the seed-2 float32 bench's passes)."""

@@ -5,7 +5,7 @@ passes the seed-2 bfloat16 bench of that shape measured (chat's for workloads wi
 Prints arctic's priced seconds over specdraft's for each variant (a JSON list of option dicts),
 then their geometric mean and minimum over the settings.
 
-    LIMIT=40 WLS=agentic,code_edit,chat python sweep.py TRACE '[{}, {"match_prior": 0.0}]'
+    LIMIT=40 WLS=agentic,code_edit,chat python experiments/controller-replay/sweep.py TRACE '[{}, {"match_prior": 0.0}]'
 """
 import json, sys
 from specdraft.replay import load_trace, replay_engine, EngineSchedule

@@ -9,7 +9,7 @@ PATCH=gate:T sends nothing when a draft's first calibrated gain is below T; PATC
 each node's acceptance as at least Q after a draft accepted whole (all on the Python controller:
 pass "native": false).
 
-    NREQ=40 python decode_sweep.py TRACE '{}' '{"max_waste": 16}'
+    NREQ=40 python experiments/controller-replay/decode_sweep.py TRACE '{}' '{"max_waste": 16}'
 """
 import json, math, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -5,7 +5,7 @@ controller's (whose drafts the replay verifies) and the same index drafting what
 would have had tokens accepted, and where the controller's draft was accepted whole but shorter
 than what the fixed candidate would have had accepted.
 
-    python why.py TRACE WORKLOAD CONCURRENCY BENCH_JSON ['{"option": value, "_noreport": true}']
+    python experiments/controller-replay/why.py TRACE WORKLOAD CONCURRENCY BENCH_JSON ['{"option": value, "_noreport": true}']
 
 The JSON holds drafter options for the controller's drafter; "_noreport": no pass timings reach it
 (the cost curve alone)."""

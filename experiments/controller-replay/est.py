@@ -5,7 +5,7 @@ the live engine's schedule (all requests at once, up to CONCURRENCY in flight, 4
 arctic, specdraft's controller on the CPU curve, specdraft drafting what its index proposes
 (fixed) and the controller on the GPU curve (``medium``).
 
-    python est.py TRACE WORKLOAD CONCURRENCY BENCH_JSON [CPU_CURVE]
+    python experiments/controller-replay/est.py TRACE WORKLOAD CONCURRENCY BENCH_JSON [CPU_CURVE]
 
 Used on the seed-1 traces with the seed-2 benches' measured passes (summary.md)."""
 import json, sys

@@ -5,7 +5,7 @@ from the first's learned statistics (CARRY: "cal" the per-bin calibration, "cost
 corrections, default both), as a server that has run a while has them; the bench clears both
 every round. Prints each setting's decode seconds over arctic's and no drafts', cold and carried.
 
-    NREQ=15 python warm_start.py TRACE
+    NREQ=15 python experiments/controller-replay/warm_start.py TRACE
 """
 import copy, math, os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -1,10 +1,11 @@
 #!/bin/bash
 # Replay tables for the chain-draft defaults (local_weight 6, max_waste 8) and their ablation.
-# Usage: benchmarks/results/chain-drafts/run.sh TRACE NAME   (TRACE: a .jsonl or .jsonl.gz trace)
+# Usage: experiments/chain-drafts/run.sh TRACE NAME   (TRACE: a .jsonl or .jsonl.gz trace)
 # Writes NAME.md (every method, defaults) and NAME-{max_waste64,local_weight1,before}.md (specdraft
-# with one change, or both, turned off) next to this script, each with its .json and .png.
+# with one change, or both, turned off) to benchmarks/results/chain-drafts/, each with its .json
+# and .png.
 set -e
-trace=$1; name=$2; out=$(dirname "$0")
+trace=$1; name=$2; out=$(dirname "$0")/../../benchmarks/results/chain-drafts
 replay() { ${PYTHON:-python} -m specdraft.cli replay --traces "$trace" --cost-model gpu "$@"; }
 replay --methods specdraft-suffix specdraft-tree specdraft-tree-path arctic-suffix vllm-ngram \
   hf-prompt-lookup --json "$out/$name.json" --markdown "$out/$name.md"

@@ -7,8 +7,8 @@ This is the core, not what a user runs: `specdraft overhead` times the plugin as
 Run the two builds at once, one on each core, then swap cores, so both see the machine's phases:
 
     cp -r proposers /tmp/before   # with the old build's _suffix_native*.so, likewise /tmp/after
-    taskset -c 0 .venv/bin/python benchmarks/results/core-finish/ab.py /tmp/before 12 &
-    taskset -c 1 .venv/bin/python benchmarks/results/core-finish/ab.py /tmp/after 12; wait
+    taskset -c 0 .venv/bin/python experiments/core-finish/ab.py /tmp/before 12 &
+    taskset -c 1 .venv/bin/python experiments/core-finish/ab.py /tmp/after 12; wait
 """
 import glob
 import importlib.util
@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from specdraft.overhead.streams import StreamGen  # noqa: E402
 
 

@@ -15,7 +15,8 @@ SETTINGS = [("agentic", 4, "agentic-c4-bf16", "cpu-bf16"), ("agentic", 4, "agent
             ("chat", 4, "chat-c4-bf16", "cpu-bf16"), ("agentic", 16, "agentic-c16-bf16", "cpu-bf16"),
             ("code_edit", 16, "code-edit-c16-bf16", "cpu-bf16"), ("chat", 16, "chat-c16-bf16", "cpu-bf16")]
 CHAT_16_FP32 = ("chat", 16, "chat-c16-fp32", "cpu-fp32")  # "never lose" under load, float32
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks",
+                       "results")
 
 
 def seed2_cost(bench):
