@@ -15,6 +15,7 @@ from types import ModuleType
 VLLM_ADAPTERS: tuple[tuple[tuple[int, int, int], tuple[int, int, int], str], ...] = (
     ((0, 32, 0), (0, 33, 0), "specdraft.adapters.vllm_v0_32"),
     ((0, 33, 0), (0, 34, 0), "specdraft.adapters.vllm_v0_33"),
+    ((0, 34, 0), (0, 35, 0), "specdraft.adapters.vllm_v0_34"),
 )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from types import ModuleType
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -25,6 +25,30 @@ import numpy as np
 # the drafter drops requests the runner no longer holds.
 RETAIN_EVERY = 64
 PASS_LOG = 1 << 16  # passes kept in order for benchmarks (about 3 MB at most)
+
+
+def stop_token_ids(sampling_params: Any) -> set[int]:
+    """The token ids that end a request as vLLM's scheduler checks them (stop ids, and EOS
+    unless ``ignore_eos``)."""
+    stops = set(getattr(sampling_params, "stop_token_ids", None) or ())
+    eos = getattr(sampling_params, "eos_token_id", None)
+    if eos is not None and not getattr(sampling_params, "ignore_eos", False):
+        stops.add(eos)
+    return stops
+
+
+def ends_in_step(num_output: int, num_tokens: int, max_tokens: int | None, stops: Any,
+                 new_tokens: Sequence[int], max_model_len: int) -> bool:
+    """Did the tokens a request emitted in this step (``new_tokens``, the last of its
+    ``num_output`` output tokens) end it, so the scheduler will finish it? Every vLLM adapter
+    asks this rule (``max_tokens``, ``max_model_len``, a stop token), so a request's history
+    reaches the global cache in the step that ends it. As the scheduler's check_stop, a stop
+    token ends the request whatever min_tokens says (the min_tokens logits processor keeps stop
+    tokens from being sampled before then). Stop strings are found by the front end, which then
+    aborts: those wait for the engine's finish notice."""
+    if (max_tokens is not None and num_output >= max_tokens) or num_tokens >= max_model_len:
+        return True
+    return bool(stops) and any(t in stops for t in new_tokens)
 
 
 class _Speculates(dict):

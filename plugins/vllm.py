@@ -47,8 +47,9 @@ def config_error(message: str) -> Exception:
     return SpecdraftConfigError(message)
 
 
-def load_options(raw: Any) -> dict:
-    """The value of ``speculative_config["specdraft"]``: a dict, a JSON file's path, or None."""
+def load_options(raw: Any, key: str = "speculative_config['specdraft']") -> dict:
+    """The options under ``key`` (vLLM 0.32: ``speculative_config["specdraft"]``; 0.34:
+    ``speculator_options``): a dict, a JSON file's path, or None."""
     if raw is None:
         return {}
     if isinstance(raw, dict):
@@ -59,16 +60,16 @@ def load_options(raw: Any) -> dict:
             with open(path) as f:
                 data = json.load(f)
         except OSError as e:
-            raise config_error(f"speculative_config['specdraft']: cannot read options file "
+            raise config_error(f"{key}: cannot read options file "
                                 f"{path!r}: {e.strerror}") from None
         except ValueError as e:
-            raise config_error(f"speculative_config['specdraft']: options file {path!r} "
+            raise config_error(f"{key}: options file {path!r} "
                                 f"is not JSON: {e}") from None
         if not isinstance(data, dict):
-            raise config_error(f"speculative_config['specdraft']: options file {path!r} must "
+            raise config_error(f"{key}: options file {path!r} must "
                                 f"hold a JSON object, got {type(data).__name__}")
         return data
-    raise config_error("speculative_config['specdraft'] must be an object of specdraft options "
+    raise config_error(f"{key} must be an object of specdraft options "
                         f"or the path of a JSON file holding one, got {type(raw).__name__}")
 
 

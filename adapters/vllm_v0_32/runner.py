@@ -18,16 +18,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from specdraft.adapters.vllm_hooks import HOOKS_ATTR
+from specdraft.adapters.vllm_step import ends_in_step, stop_token_ids as _stop_token_ids
 from specdraft.adapters.vllm_v0_32.config import request_scope
 from specdraft.proposers.base import accepted_count
-
-
-def _stop_token_ids(sampling_params: Any) -> set[int]:
-    stops = set(getattr(sampling_params, "stop_token_ids", None) or ())
-    eos = getattr(sampling_params, "eos_token_id", None)
-    if eos is not None and not getattr(sampling_params, "ignore_eos", False):
-        stops.add(eos)
-    return stops
 
 
 def ended_normally(req_state: Any, max_model_len: int, lookback: int) -> bool:
@@ -40,14 +33,9 @@ def ended_normally(req_state: Any, max_model_len: int, lookback: int) -> bool:
     out = getattr(req_state, "output_token_ids", None) or []
     if sp is None:
         return False
-    max_tokens = getattr(sp, "max_tokens", None)
-    if max_tokens is not None and len(out) >= max_tokens:
-        return True
-    if req_state.num_tokens >= max_model_len:
-        return True
     # With speculation, tokens accepted after a stop token stay in the runner's copy.
-    stops = _stop_token_ids(sp)
-    return bool(stops) and any(t in stops for t in out[-lookback:])
+    return ends_in_step(len(out), req_state.num_tokens, getattr(sp, "max_tokens", None),
+                        _stop_token_ids(sp), out[-lookback:], max_model_len)
 
 
 def stopped_in_step(req_state: Any, max_model_len: int, num_sampled: int) -> bool:
@@ -63,13 +51,8 @@ def stopped_in_step(req_state: Any, max_model_len: int, num_sampled: int) -> boo
     if sp is None or out is None or num_sampled <= 0:
         return False
     n = len(out)
-    max_tokens = getattr(sp, "max_tokens", None)
-    if (max_tokens is not None and n >= max_tokens) or req_state.num_tokens >= max_model_len:
-        return True
-    # As the scheduler's check_stop: a stop token ends the request whatever min_tokens says
-    # (the min_tokens logits processor keeps stop tokens from being sampled before then).
-    stops = _stop_token_ids(sp)
-    return bool(stops) and any(t in stops for t in out[n - num_sampled:])
+    return ends_in_step(n, req_state.num_tokens, getattr(sp, "max_tokens", None),
+                        _stop_token_ids(sp), out[n - num_sampled:], max_model_len)
 
 
 def _request_speculates(req_state: Any) -> bool:

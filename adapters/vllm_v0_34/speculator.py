@@ -1,0 +1,313 @@
+"""specdraft as a vLLM 0.34 speculator: each ``propose`` call mapped onto one ``SpecDrafter.step``.
+
+Per step, one device-to-host copy brings, for every row, its length, the tokens it emitted this
+step and its last K + 1 tokens (a gather on the device; more only for a request the drafter has
+not seen, once). That copy waits for the step's sampling: with async scheduling it is the one
+host sync specdraft adds per step (README, "vLLM 0.34"; integration_tests/gpu/host_sync_cost.py
+measures it). The drafter's answer goes back as one pinned host-to-device copy.
+
+Drafts are fixed width, as vLLM 0.34 verifies them: a row's draft fills its first slots, the
+rest repeat the last sampled token (as vLLM's own suffix speculator pads), and
+``draft_token_confidence_probs`` is 1 for drafted slots and 0 for padding, so adaptive
+verification trims exactly what the controller did not draft. Without adaptive verification
+every slot is scored anyway, so specdraft drafts the whole budget unless ``adaptive`` is set in
+``speculator_options``.
+
+A failure never reaches the engine: the step goes on with padding only (confidence 0), the
+failure is counted and logged once, and the drafter's state is rebuilt from the engine's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from vllm.v1.worker.gpu.spec_decode.speculator import BaseSpeculator
+
+from specdraft.adapters.vllm_step import ends_in_step, stop_token_ids
+from specdraft.proposers.base import accepted_count
+
+
+class RequestRule:
+    """What a row's step needs of its request, read once from its SamplingParams."""
+
+    __slots__ = ("speculates", "max_tokens", "stops")
+
+    def __init__(self, speculates: bool = True, max_tokens: int | None = None,
+                 stops: Any = ()):
+        self.speculates = speculates
+        self.max_tokens = max_tokens
+        self.stops = stops
+
+
+_DEFAULT_RULE = RequestRule()
+
+
+class SpecdraftSpeculator(BaseSpeculator):
+    def __init__(self, vllm_config: Any, device: torch.device, req_states: Any = None):
+        from specdraft.adapters import vllm_adapter
+        from specdraft.adapters.vllm_v0_34.runner import install_request_params
+        from specdraft.plugins import vllm as proposers
+        from specdraft.plugins.vllm_metrics import SnapshotWriter
+
+        self.adapter = vllm_adapter()
+        self.log = self.adapter.logger()
+        self.device = device
+        self.req_states = req_states
+        facts = self.adapter.engine_facts(vllm_config)
+        spec = vllm_config.speculative_config
+        self.num_speculative_tokens = k = facts.num_speculative_tokens
+        self.max_model_len = facts.max_model_len
+        self.vocab_size = facts.vocab_size
+        if facts.options is None:
+            self.log.info("specdraft: no options from process 0; using defaults")
+        self.options = proposers.SpecdraftProposer.resolve_options(facts.options)
+        self.adaptive_verification = bool(getattr(spec, "enable_adaptive_verification", False))
+        drafter_options = dict(self.options)
+        if not self.adaptive_verification:
+            # every slot is scored: a shorter draft saves nothing
+            drafter_options.setdefault("adaptive", False)
+        drafter_options.setdefault("cost_model", self.adapter.cost_model_preset(vllm_config))
+        self._drafter_args = (drafter_options, vllm_config)
+        self.drafter = self._build_drafter(*self._drafter_args)
+        max_num_reqs = int(vllm_config.scheduler_config.max_num_seqs)
+        pin = torch.device(device).type == "cuda"
+        self.drafts = torch.zeros((max_num_reqs, k), dtype=torch.int64, device=device)
+        self.draft_token_confidence_probs = torch.zeros((max_num_reqs, k), dtype=torch.float32,
+                                                        device=device)
+        self._host_drafts = torch.zeros((max_num_reqs, k), dtype=torch.int64, pin_memory=pin)
+        self._host_conf = torch.zeros((max_num_reqs, k), dtype=torch.float32, pin_memory=pin)
+        self._window = torch.arange(k + 1, dtype=torch.int64, device=device) - (k + 1)
+        self.rules: dict[str, RequestRule] = {}
+        self.sent: dict[str, int] = {}          # draft tokens handed over last step, per request
+        self.ended: set[str] = set()            # finished in the step that ended them
+        self.clock = time.perf_counter          # step timings for the controller's cost model
+        self._last_propose: float | None = None
+        self._error_logged = False
+        self.counters = {"steps": 0, "proposer_seconds": 0.0, "rows": 0, "drafts": 0,
+                         "draft_tokens": 0, "accepted_tokens": 0, "proposed_drafts": 0,
+                         "proposed_draft_tokens": 0, "errors": 0}
+        self._length_counts = np.zeros(k + 1, dtype=np.int64)
+        self.hook_problem = install_request_params()
+        if self.hook_problem is not None:
+            self.log.warning("specdraft: %s; requests draft without tenant scope, opt-out or "
+                             "stop rules", self.hook_problem)
+        self.writer = (SnapshotWriter(facts.metrics_dir, source=self._snapshot)
+                       if facts.metrics_dir and facts.tp_rank == 0 else None)
+        self.log.info("specdraft: speculator drafting up to %d tokens a row, fixed width, "
+                      "adaptive verification %s (options %s)", k,
+                      "on" if self.adaptive_verification else "off", self.options)
+
+    def _build_drafter(self, options: dict, vllm_config: Any) -> Any:
+        from specdraft.proposers import make_drafter
+
+        tokenizer = (self.adapter.load_tokenizer(vllm_config)
+                     if options.get("corpus_files") else None)
+        return make_drafter(options, chain_only=True, vocab_size=self.vocab_size,
+                            tokenizer=tokenizer)
+
+    # -- vLLM's lifecycle hooks ----------------------------------------------------------------
+    def init_cudagraph_manager(self, cudagraph_mode: Any) -> None:
+        del cudagraph_mode  # nothing runs on the device but two copies and a gather
+
+    def capture(self) -> None:
+        return None
+
+    def new_request(self, req_id: str, sampling_params: Any) -> None:
+        """From the runner patch, before the runner adds the request: its scope and rules."""
+        from specdraft.proposers.config import request_speculates
+
+        extra = getattr(sampling_params, "extra_args", None)
+        self.rules[req_id] = RequestRule(
+            request_speculates(extra), getattr(sampling_params, "max_tokens", None),
+            frozenset(stop_token_ids(sampling_params)) if sampling_params is not None else ())
+        if not self.drafter.has(req_id):
+            self.drafter.set_scope(req_id, self.adapter.request_scope(sampling_params))
+
+    def on_requests_finished(self, finished_req_ids: Any) -> None:
+        """Requests that ended: those the step that ended them already finished are forgotten;
+        the rest (aborted, or stopped by a stop string, which vLLM implements as an abort) leave
+        the drafter without entering the global cache."""
+        try:
+            for req_id in finished_req_ids:
+                self.rules.pop(req_id, None)
+                self.sent.pop(req_id, None)
+                if req_id in self.ended:
+                    self.ended.discard(req_id)
+                elif self.drafter.has(req_id):
+                    self.drafter.abort(req_id)
+        except Exception as e:  # noqa: BLE001 - a proposer failure must not reach the engine
+            self._failed(e)
+
+    def reset_state(self) -> None:
+        """After warm-up: forget every request and the global cache."""
+        self.drafter = self._build_drafter(*self._drafter_args)
+        self.rules.clear()
+        self.sent.clear()
+        self.ended.clear()
+        self._last_propose = None
+
+    # -- the step ------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def propose(self, input_batch: Any, attn_metadata: Any, slot_mappings: Any,
+                last_hidden_states: Any, aux_hidden_states: Any, num_sampled: torch.Tensor,
+                num_rejected: torch.Tensor, last_sampled: torch.Tensor,
+                next_prefill_tokens: Any, temperature: Any, seeds: Any, dp_sync_state: Any = None,
+                dummy_run: bool = False, skip_attn_for_dummy_run: bool = False,
+                mm_inputs: Any = None, is_profile: bool = False,
+                num_speculative_tokens: int | None = None) -> torch.Tensor:
+        num_reqs = input_batch.num_reqs
+        if dummy_run or is_profile:
+            return self.drafts[:num_reqs]
+        start = time.perf_counter()
+        try:
+            self._propose(input_batch, num_sampled, num_speculative_tokens)
+        except Exception as e:  # noqa: BLE001 - a proposer failure must not reach the engine
+            self._failed(e)
+            idx = input_batch.idx_mapping[:num_reqs]
+            self.drafts[:num_reqs] = last_sampled.view(-1)[idx].unsqueeze(1)
+            self.draft_token_confidence_probs[:num_reqs] = 0.0
+        self.counters["steps"] += 1
+        self.counters["proposer_seconds"] += time.perf_counter() - start
+        if self.writer is not None:
+            self.writer.publish()
+        return self.drafts[:num_reqs]
+
+    def _propose(self, input_batch: Any, num_sampled: torch.Tensor,
+                 num_speculative_tokens: int | None) -> None:
+        k = self.num_speculative_tokens
+        num_reqs = input_batch.num_reqs
+        budget = k if num_speculative_tokens is None else max(0, min(k, num_speculative_tokens))
+        states = self.req_states
+        history = states.all_token_ids.gpu
+        idx = input_batch.idx_mapping[:num_reqs].to(torch.int64)
+        # one gather and one copy: each row's length, tokens emitted, last K + 1 tokens
+        total = states.total_len.gpu[idx].to(torch.int64)
+        pos = (total.unsqueeze(1) + self._window).clamp_(min=0)
+        window = history[idx.unsqueeze(1), pos].to(torch.int64)
+        packed = torch.cat([total.unsqueeze(1), num_sampled[:num_reqs].to(torch.int64).unsqueeze(1),
+                            window], dim=1).cpu().numpy()  # the host sync
+        now = self.clock()
+        seconds = None if self._last_propose is None else now - self._last_propose
+        self._last_propose = now
+        slots = np.asarray(input_batch.idx_mapping_np[:num_reqs], dtype=np.int64)
+        self.step(list(input_batch.req_ids[:num_reqs]), packed[:, 0], packed[:, 1],
+                  packed[:, 2:], states.prompt_len.np[slots],
+                  getattr(input_batch, "num_draft_tokens_per_req", None), budget,
+                  int(getattr(input_batch, "num_tokens", 0)), seconds,
+                  lambda j, n: history[int(slots[j]), :n].cpu().numpy())
+        self.drafts[:num_reqs].copy_(self._host_drafts[:num_reqs], non_blocking=True)
+        if self.adaptive_verification:
+            self.draft_token_confidence_probs[:num_reqs].copy_(self._host_conf[:num_reqs],
+                                                               non_blocking=True)
+
+    def step(self, req_ids: list, num_tokens: np.ndarray, emitted: np.ndarray,
+             window: np.ndarray, num_prompt: np.ndarray, scheduled_drafts: Any, budget: int,
+             scored_tokens: int, seconds: float | None, full_history: Any) -> None:
+        """One step on host arrays: rows that emitted tokens (others are mid-prefill) into
+        ``SpecDrafter.step``, drafts into the pinned host buffers. ``window[j]`` holds row j's
+        last K + 1 tokens; ``full_history(j, n)`` the first ``n`` (for a request the drafter
+        does not hold, or one that moved on by more than the window)."""
+        k = self.num_speculative_tokens
+        drafter = self.drafter
+        width = window.shape[1]
+        rows = np.flatnonzero(emitted > 0)
+        ids, parts, offsets, accepted, budgets, ended = [], [], [0], [], [], []
+        rules, sent = self.rules, self.sent
+        for j in rows.tolist():
+            r = req_ids[j]
+            n, e = int(num_tokens[j]), int(emitted[j])
+            known = drafter.num_tokens(r) if drafter.has(r) else -1
+            if known < 0 or n - known > width or n < known:
+                part = full_history(j, n)
+            else:
+                part = window[j, width - min(width, n):]
+            drafted = sent.get(r, 0)
+            if scheduled_drafts is not None:  # vLLM may have verified fewer slots than sent
+                drafted = min(drafted, int(scheduled_drafts[j]))
+            rule = rules.get(r, _DEFAULT_RULE)
+            new = part[len(part) - min(e, len(part)):].tolist()
+            done = ends_in_step(n - int(num_prompt[j]), n, rule.max_tokens, rule.stops, new,
+                                self.max_model_len)
+            ids.append(r)
+            parts.append(part)
+            offsets.append(offsets[-1] + len(part))
+            accepted.append(accepted_count(e, drafted))
+            budgets.append(budget if rule.speculates and not done else 0)
+            if done:
+                ended.append(r)
+        if seconds is not None and scored_tokens > 0:
+            drafter.report_step(scored_tokens, seconds)
+        tokens = (np.concatenate(parts).astype(np.int32) if parts
+                  else np.zeros(0, dtype=np.int32))
+        out = drafter.step(ids, tokens, num_tokens[rows], num_prompt[rows], budgets,
+                           token_offsets=offsets, num_accepted=accepted,
+                           num_emitted=emitted[rows], max_len=self.max_model_len - 1)
+        for r in ended:  # into the global cache now, not at vLLM's finish notice
+            if drafter.has(r):
+                drafter.finish(r)
+            self.ended.add(r)
+        # fixed width: the draft, then the last token repeated; confidence 1 where drafted
+        n_rows = len(num_tokens)
+        host = self._host_drafts[:n_rows].numpy()
+        conf = self._host_conf[:n_rows].numpy()
+        host[:] = window[:, -1:]
+        conf[:] = 0.0
+        lengths = out.lengths
+        if out.tokens.size:
+            r_idx = np.repeat(rows, lengths)
+            c_idx = np.arange(out.tokens.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            host[r_idx, c_idx] = out.tokens
+            conf[r_idx, c_idx] = 1.0
+        for r, length in zip(ids, lengths.tolist()):
+            sent[r] = length
+        c = self.counters
+        c["rows"] += len(ids)
+        c["proposed_drafts"] += int(np.count_nonzero(lengths))
+        c["proposed_draft_tokens"] += int(out.tokens.size)
+        c["drafts"] += sum(1 for a in accepted if a >= 0)
+        c["accepted_tokens"] += sum(a for a in accepted if a > 0)
+        if lengths.size:
+            self._length_counts += np.bincount(np.minimum(lengths, k), minlength=k + 1)
+
+    def drafts_of(self, num_rows: int) -> list[list[int]]:
+        """The last step's drafts as lists (the real tokens of each row, without padding)."""
+        host = self._host_drafts[:num_rows].numpy()
+        conf = self._host_conf[:num_rows].numpy()
+        return [host[j, :int(np.count_nonzero(conf[j]))].tolist() for j in range(num_rows)]
+
+    # -- failures and counters -----------------------------------------------------------------
+    def _failed(self, error: Exception) -> None:
+        self.counters["errors"] += 1
+        try:
+            self.drafter.count_error()
+        except Exception:  # noqa: BLE001
+            pass
+        if not self._error_logged:
+            self._error_logged = True
+            self.log.error("specdraft: speculator failed; this step goes on without drafts and "
+                           "the drafter's request state is rebuilt from vLLM's. Later failures "
+                           "are only counted (specdraft:errors_total).", exc_info=error)
+        self.sent.clear()
+        try:
+            self.drafter.reset()
+        except Exception:  # noqa: BLE001 - the next step rebuilds it
+            pass
+
+    def _snapshot(self) -> dict:
+        from specdraft.plugins.vllm import _DRAFTER_COUNTERS
+
+        try:
+            m = self.drafter.metrics()
+            drafter = {key: m[key] for key in _DRAFTER_COUNTERS if key in m}
+        except Exception:  # noqa: BLE001 - counters are best effort
+            drafter = {}
+        stats = self.drafter.counters
+        return {**drafter, **self.counters,
+                "draft_length_counts": self._length_counts.tolist(),
+                "requests_started": stats.requests, "requests_finished": stats.finished,
+                "requests_aborted": stats.aborted, "tracked": True,
+                "strategy": self.options.get("strategy"),
+                "num_speculative_tokens": self.num_speculative_tokens}
