@@ -47,6 +47,7 @@ from specdraft.replay.batched import (
     accepted_length,
     baseline_cost,
     batch_queue,
+    fixed_width_draft,
     output_limit,
     replay_batched,
     replay_request,
@@ -63,6 +64,7 @@ from specdraft.replay.methods import (
     OracleMethod,
     SpecdraftMethod,
     SpecdraftRecycleMethod,
+    Vllm034SuffixMethod,
     VllmNgramMethod,
 )
 from specdraft.replay.plot import plot_replay
@@ -73,8 +75,10 @@ from specdraft.replay.traces import TRACE_FIELDS, load_trace
 __all__ = [
     "TRACE_FIELDS", "load_trace",
     "Method", "NoDraftMethod", "SpecdraftMethod", "SpecdraftRecycleMethod", "OracleMethod",
-    "VllmNgramMethod", "ArcticSuffixMethod", "HFPromptLookupMethod", "METHODS", "DEFAULT_METHODS",
+    "VllmNgramMethod", "ArcticSuffixMethod", "Vllm034SuffixMethod", "HFPromptLookupMethod", "METHODS",
+    "DEFAULT_METHODS",
     "accepted_length", "replay_request", "output_limit", "batch_queue", "replay_batched",
+    "fixed_width_draft",
     "baseline_cost",
     "EngineSchedule", "replay_engine",
     "default_cost_model", "replay",

@@ -101,8 +101,20 @@ def batch_queue(records: list[dict], batch: int) -> list[tuple[list[int], list[i
     return out
 
 
+def fixed_width_draft(toks: list[int], parents: list[int], budget: int,
+                      last: int) -> tuple[list[int], list[int]]:
+    """The draft a fixed-width engine verifies (vLLM 0.34 without adaptive verification): a
+    chain padded to ``budget`` tokens with the last sampled token ``last`` (filler slots are
+    ordinary drafts, accepted where the target repeats that token); a tree is left as it is
+    (it is still priced ``budget`` wide)."""
+    if len(toks) >= budget or parents != list(range(-1, len(toks) - 1)):
+        return toks, parents
+    n = budget - len(toks)
+    return toks + [last] * n, parents + list(range(len(toks) - 1, budget - 1))
+
+
 def replay_batched(method: Method, records: list[dict], budget: int, batch: int, cost,
-                   baseline: float | None = None) -> dict:
+                   baseline: float | None = None, fixed_width: bool = False) -> dict:
     """Replay ``records`` with up to ``batch`` requests in flight through one method instance.
 
     Requests start in arrival order as slots free; a later turn of a session waits until the
@@ -113,13 +125,20 @@ def replay_batched(method: Method, records: list[dict], budget: int, batch: int,
     base prediction; the same schedule without drafts (one token per request per pass) gives
     the baseline (``baseline``, when the caller has it already: it does not depend on the
     method), and est. speedup = baseline cost / cost with drafts (equal tokens emitted).
+
+    ``fixed_width``: verification as vLLM 0.34 does it without adaptive verification: every
+    decoding row is scored ``budget`` + 1 wide whatever its draft's length, a chain padded with
+    the request's last token (``fixed_width_draft``; a filler accepted counts in
+    ``accepted_tokens`` and in ``filler_accepted``). ``drafted_tokens`` stays the method's own
+    tokens, ``draft_slots`` counts the slots verified; the method hears of the acceptance of
+    its own tokens only. Off (the default), a row is scored 1 + its draft's length.
     """
     queue = batch_queue(records, batch)
     num_requests = len(queue)
     output_tokens = sum(output_limit(r, len(o)) for _, o, r, _ in queue)
     waiting: list = []  # sessions with a turn in flight
     inflight: list[_InFlight] = []
-    passes = drafted = accepted = drafts = decode_rows = cost_spec = 0
+    passes = drafted = accepted = drafts = decode_rows = cost_spec = slots = fillers = 0
     steps = 0
     while queue or inflight:
         for prompt, output, rec, session in _admit(queue, batch - len(inflight), waiting):
@@ -133,16 +152,21 @@ def replay_batched(method: Method, records: list[dict], budget: int, batch: int,
         tokens = len(inflight)
         for q, (toks, parents) in zip(decoding, ds):
             check_budget(method, toks, budget)
+            own = len(toks)
+            if fixed_width:
+                toks, parents = fixed_width_draft(toks, parents, budget, q.output[q.pos - 1])
             acc = accepted_length(toks, parents, q.output[q.pos:]) if toks else 0
             acc = min(acc, len(q.output) - q.pos - 1)  # the last recorded token is the target's own
             emitted = q.output[q.pos:q.pos + acc + 1]
             _observe_topk(method, q, q.pos, emitted)
-            drafted += len(toks)
+            drafted += own
             drafts += bool(toks)
             accepted += acc
-            tokens += len(toks)
+            fillers += max(acc - own, 0)
+            slots += len(toks)
+            tokens += budget if fixed_width else len(toks)
             q.pos += len(emitted)
-            method.extend(q.key, emitted, acc if toks else None)
+            method.extend(q.key, emitted, min(acc, own) if own else None)
         decode_rows += len(decoding)
         for q in inflight:
             if q.pos == 0:  # prefill: one pass, no draft
@@ -160,7 +184,8 @@ def replay_batched(method: Method, records: list[dict], budget: int, batch: int,
                 waiting.remove(q.session)
     out = {"requests": num_requests, "steps": steps,
            "target_passes": passes, "drafted_tokens": drafted, "accepted_tokens": accepted,
-           "drafts": drafts, "decode_passes": decode_rows, "output_tokens": output_tokens}
+           "drafts": drafts, "decode_passes": decode_rows, "output_tokens": output_tokens,
+           "draft_slots": slots, "filler_accepted": fillers}
     if cost is not None:
         base = baseline if baseline is not None else baseline_cost(records, batch, cost)
         out["est_speedup"] = base / cost_spec if cost_spec else 1.0

@@ -45,6 +45,9 @@ def main(argv=None) -> int:
                     help="batch sizes to estimate speedup at; counts are the first's")
     ap.add_argument("--specdraft-options", default="{}", metavar="JSON",
                     help='options for every specdraft method, e.g. \'{"max_waste": 64}\' (ablations)')
+    ap.add_argument("--fixed-width", action="store_true",
+                    help="verify every decoding row --max-draft wide whatever its draft's length "
+                    "(vLLM 0.34 without adaptive verification; chains padded with the last token)")
     ap.add_argument("--json", required=True, help="where to write the results")
     ap.add_argument("--png", help="chart path (default: next to --json)")
     ap.add_argument("--markdown", help="also write the table as Markdown here")
@@ -79,7 +82,8 @@ def main(argv=None) -> int:
     workloads = len({r["workload"] for r in records})
     with Progress(len(args.methods) * workloads, "[replay]", "workload") as bar:
         out = replay(records, args.methods, args.max_draft, spec or name, args.batches,
-                     progress=bar.say, specdraft_options=sd_opts, advance=bar.advance)
+                     progress=bar.say, specdraft_options=sd_opts, advance=bar.advance,
+                     fixed_width=args.fixed_width)
     out["settings"]["cost_model"] = name
     print(format_replay_table(out))
     if args.markdown:

@@ -1,6 +1,7 @@
 """The drafting methods ``specdraft replay`` drives through a trace: every specdraft strategy,
-vLLM's ``ngram`` function, arctic-inference's ``SuffixDecodingCache``, Hugging Face's prompt
-lookup, an oracle and no drafts. ``METHODS`` makes each by name."""
+vLLM's ``ngram`` function, arctic-inference's ``SuffixDecodingCache``, vLLM 0.34's GPU suffix
+rule (re-implemented), Hugging Face's prompt lookup, an oracle and no drafts. ``METHODS`` makes
+each by name."""
 
 from __future__ import annotations
 
@@ -244,6 +245,176 @@ class ArcticSuffixMethod(Method):
         del self._tokens[key]
 
 
+_I64 = 1 << 64
+
+
+def _wrap64(x: int) -> int:
+    """``x`` as a signed 64-bit integer (two's complement wrap, as the GPU computes it)."""
+    x &= _I64 - 1
+    return x - _I64 if x >> 63 else x
+
+
+class Vllm034SuffixMethod(Method):
+    """vLLM 0.34's ``suffix`` drafting rule, re-implemented in plain Python for the replay.
+
+    The rule of ``vllm/v1/worker/gpu/spec_decode/suffix/speculator.py`` (vLLM 0.34.0, its Triton
+    kernels ``_suffix_local_scan_kernel``, ``_corpus_draft``, ``_suffix_finalize_kernel`` and
+    ``_suffix_ingest_kernel``), with the defaults of ``vllm/config/speculative.py``
+    (``suffix_decoding_max_tree_depth`` 24, ``suffix_decoding_corpus_tokens`` 1 << 20):
+
+    - local: the longest earlier occurrence (up to ``max_depth`` tokens) of the suffix of the
+      request's own history (prompt and output); ties go to the latest; the draft is what followed
+      it, up to K tokens and the end of the history;
+    - corpus: finished requests' responses, each with the last 3 prompt tokens before it, placed
+      one after another in a ring of ``corpus_tokens`` (a -1 after each; a response that does not
+      fit before the end wraps to 0). Every position is indexed under the hash of the 2 and of the
+      4 tokens before it, in the slot ``document number % 8`` of its bucket, the newest position
+      in that document kept. A lookup takes the 8 slots of the request's 4-token bucket and the 8
+      of its 2-token bucket, extends each to its longest suffix match (at least the key's length),
+      and for each distinct match length L the candidates matching >= L vote token by token on a
+      continuation (most votes, ties to the newest); the chain with the highest sum of votes over
+      candidates alive at the start wins (ties: longer L);
+    - the corpus draft replaces the local one only if its match is strictly longer.
+
+    ``draft`` returns the real draft (vLLM pads it to K with the last sampled token; the replay's
+    ``fixed_width`` does that). A plain re-implementation of the rule, not vLLM's code: hash
+    collisions and overwritten documents are verified away as on the GPU, so the drafts are the
+    same; finished requests are ingested one at a time as the replay ends them (vLLM ingests a
+    step's finished requests in request-id order)."""
+
+    HASH_MUL = _wrap64(0x9E3779B97F4A7C15)
+    SLOTS = 8           # _BUCKET_SLOTS
+    PROMPT_CONTEXT = 3  # _PROMPT_CONTEXT
+
+    def __init__(self, name: str = "vllm034-suffix", max_depth: int = 24,
+                 corpus_tokens: int = 1 << 20):
+        self.name, self.max_depth = name, max_depth
+        self.cap = corpus_tokens if max_depth >= 2 else 0  # the corpus needs the 2-token key
+        self.num_buckets = 16  # the next power of two >= max(16, capacity / 4)
+        while self.num_buckets < self.cap // 4:
+            self.num_buckets <<= 1
+        self.corpus = [-1] * self.cap
+        self.table: dict = {}  # (key length, bucket) -> [SLOTS packed (document << 32 | position)]
+        self.head = self.docs = 0
+        self._req: dict = {}   # key -> [history, prompt length, {token: positions after it}]
+
+    def _bucket(self, hv: int) -> int:
+        return ((hv >> 29) ^ hv) & (self.num_buckets - 1)
+
+    def _hashes(self, tokens: list[int], end: int, lo: int = 0) -> tuple[int, int]:
+        """Buckets of the 2 and 4 tokens before ``end`` (newest first; a token before ``lo`` is 0)."""
+        hv = 0
+        for d in range(4):
+            i = end - 1 - d
+            hv = _wrap64((hv ^ (tokens[i] if i >= lo else 0)) * self.HASH_MUL)
+            if d == 1:
+                b2 = self._bucket(hv)
+        return b2, self._bucket(hv)
+
+    def start(self, key, prompt, scope=None):
+        self._req[key] = [[], len(prompt), {}]
+        self._append(key, prompt)
+
+    def _append(self, key, tokens):
+        hist, _, after = self._req[key]
+        for t in tokens:
+            if hist:  # position len(hist) follows token hist[-1]
+                after.setdefault(hist[-1], []).append(len(hist))
+            hist.append(t)
+
+    def extend(self, key, tokens, num_accepted):
+        self._append(key, tokens)
+
+    def _local(self, hist: list[int], after: dict, k: int) -> tuple[int, list[int]]:
+        """(match length, draft) from the request's own history: the latest of its longest
+        earlier suffix matches (``after``: the positions that follow each token)."""
+        n, best, best_pos = len(hist), 0, 0
+        for pos in reversed(after.get(hist[-1], ())):
+            m = 1
+            while m < self.max_depth and pos - 1 - m >= 0 and hist[pos - 1 - m] == hist[n - 1 - m]:
+                m += 1
+            if m > best:
+                best, best_pos = m, pos
+                if m == self.max_depth:
+                    break
+        return best, hist[best_pos:best_pos + k] if best else []
+
+    def _corpus_draft(self, hist: list[int], k: int) -> tuple[int, list[int]]:
+        """(match length, draft) from the corpus of finished responses (0, [] without a hit)."""
+        n, corpus, cap = len(hist), self.corpus, self.cap
+        b2, b4 = self._hashes(hist, n)
+        cands = ([(4, v) for v in self.table.get((4, b4), ())]
+                 + [(2, v) for v in self.table.get((2, b2), ())])
+        ok, seen = [], set()  # (match length, packed value, continuation)
+        for key_len, v in cands:
+            cpos = v & 0xFFFFFFFF
+            if v < 0 or cpos in seen or n < key_len or cpos >= cap or corpus[cpos] < 0:
+                continue
+            m, top = 0, min(self.max_depth, n, cpos)
+            while m < top and corpus[cpos - 1 - m] == hist[n - 1 - m]:
+                m += 1
+            if m < key_len:
+                continue
+            seen.add(cpos)
+            cont = []
+            for t in corpus[cpos:cpos + k]:
+                if t < 0:
+                    break
+                cont.append(t)
+            ok.append((m, v, cont))
+        best = (-1, 1, 0, [])  # votes, candidates, match length, chain
+        for L in dict.fromkeys(m for m, _, _ in ok):  # each distinct length, in candidate order
+            alive = [c for c in ok if c[0] >= L]
+            num, chain = 0, []  # votes for the chain's tokens, the chain
+            for d in range(k):
+                has = [c for c in alive if len(c[2]) > d]
+                if not has:
+                    break
+                votes: dict = {}
+                for c in has:
+                    votes[c[2][d]] = votes.get(c[2][d], 0) + 1
+                top = max(votes.values())
+                tok = max((c for c in has if votes[c[2][d]] == top), key=lambda c: c[1])[2][d]
+                num += top
+                chain.append(tok)
+                alive = [c for c in has if c[2][d] == tok]
+            den = sum(c[0] >= L for c in ok)
+            lhs, rhs = num * best[1], best[0] * den  # num / den against the best's, exactly
+            if lhs > rhs or (lhs == rhs and best[2] < L):
+                best = (num, den, L, chain)
+        return best[2], best[3]
+
+    def draft(self, key, budget):
+        hist, _, after = self._req[key]
+        l_len, toks = self._local(hist, after, budget)
+        if self.cap and budget > 0:
+            g_len, g = self._corpus_draft(hist, budget)
+            if g_len > l_len:
+                toks = g
+        return toks, list(range(-1, len(toks) - 1))
+
+    def finish(self, key):
+        hist, n_prompt, _ = self._req.pop(key)
+        if not self.cap:
+            return
+        doc = hist[max(n_prompt - self.PROMPT_CONTEXT, 0):][-(self.cap - 1):]
+        n = len(doc)
+        if self.head + n + 1 > self.cap:
+            self.head = 0
+        base, val0 = self.head, self.docs << 32
+        self.corpus[base:base + n] = doc
+        self.corpus[base + n] = -1
+        slot = self.docs % self.SLOTS
+        for j in range(2, n):
+            b2, b4 = self._hashes(doc, j)
+            for kl, b, need in ((2, b2, 2), (4, b4, 4)):
+                if j >= need:
+                    row = self.table.setdefault((kl, b), [-1] * self.SLOTS)
+                    row[slot] = max(row[slot], val0 | (base + j))
+        self.head = base + n + 1
+        self.docs += 1
+
+
 class HFPromptLookupMethod(Method):
     """Hugging Face's prompt lookup decoding (transformers' PromptLookupCandidateGenerator)."""
 
@@ -305,6 +476,7 @@ METHODS = {
                                                         branching=(4, 2, 1))),
     "vllm-ngram": lambda cost_model=None: VllmNgramMethod("vllm-ngram"),
     "arctic-suffix": lambda cost_model=None: ArcticSuffixMethod("arctic-suffix"),
+    "vllm034-suffix": lambda cost_model=None: Vllm034SuffixMethod("vllm034-suffix"),
     "hf-prompt-lookup": lambda cost_model=None: HFPromptLookupMethod("hf-prompt-lookup"),
     "no-drafts": lambda cost_model=None: NoDraftMethod(),
 }

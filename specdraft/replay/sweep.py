@@ -12,7 +12,8 @@ from specdraft.replay.methods import METHODS
 
 def _replay_method(factory, records: list[dict], budget: int, workloads, cost_model, batches,
                    progress, specdraft_options: dict | None = None,
-                   baselines: dict | None = None, advance=None) -> tuple[dict, float]:
+                   baselines: dict | None = None, advance=None,
+                   fixed_width: bool = False) -> tuple[dict, float]:
     """Per workload: counts at batch 1, and each batch's est. speedup and draft length; each
     (workload, batch) run starts from a fresh method (its caches see only that workload).
     ``baselines`` keeps each (workload, batch)'s no-draft cost for the next method."""
@@ -29,7 +30,7 @@ def _replay_method(factory, records: list[dict], budget: int, workloads, cost_mo
             t0 = time.perf_counter()
             method = (factory(cost_model, specdraft_options) if getattr(factory, "specdraft", False)
                       else factory(cost_model))
-            r = replay_batched(method, recs, budget, b, cm, baselines[w, b])
+            r = replay_batched(method, recs, budget, b, cm, baselines[w, b], fixed_width)
             if b == batches[0]:
                 seconds += time.perf_counter() - t0
             if agg is None:
@@ -64,7 +65,7 @@ def default_cost_model(records: list[dict]) -> str:
 
 def replay(records: list[dict], methods: list[str], budget: int = 16, cost_model=None,
            batches=(1, 16, 64), progress=None, specdraft_options: dict | None = None,
-           advance=None) -> dict:
+           advance=None, fixed_width: bool = False) -> dict:
     """Replay every method over the records, per workload, at each batch size.
 
     The counts (passes, drafted, accepted) are those of batch ``batches[0]``; each batch size
@@ -72,6 +73,7 @@ def replay(records: list[dict], methods: list[str], budget: int = 16, cost_model
     and its draft tokens per decode step. Adaptive specdraft methods size drafts with that cost
     model, seeing the whole batch. ``specdraft_options`` override the options of every specdraft
     method (ablations). ``advance()``, if given, is called as each method finishes a workload.
+    ``fixed_width``: every decoding row is verified ``budget`` wide (``replay_batched``).
     """
     cost_model = cost_model or default_cost_model(records)
     batches = list(batches)
@@ -83,7 +85,8 @@ def replay(records: list[dict], methods: list[str], budget: int = 16, cost_model
         if mname not in METHODS:
             raise ValueError(f"unknown method {mname!r}; accepted: {', '.join(METHODS)}")
         per_w, secs = _replay_method(METHODS[mname], records, budget, workloads, cost_model,
-                                     batches, progress, specdraft_options, baselines, advance)
+                                     batches, progress, specdraft_options, baselines, advance,
+                                     fixed_width)
         total_out = sum(a["output_tokens"] for a in per_w.values())
         speed[mname] = {"seconds": secs, "replayed_tokens_per_s": total_out / secs if secs else 0.0}
         for w, agg in per_w.items():
@@ -99,4 +102,4 @@ def replay(records: list[dict], methods: list[str], budget: int = 16, cost_model
     return {"results": results, "speed": speed, "settings": {
         "max_draft": budget, "methods": methods, "cost_model": cost_model, "batches": batches,
         "requests": len(records), "models": sorted({str(r.get("model")) for r in records}),
-        "specdraft_options": specdraft_options or {}}}
+        "specdraft_options": specdraft_options or {}, "fixed_width": fixed_width}}
