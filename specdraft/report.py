@@ -1,4 +1,5 @@
-"""``specdraft report``: the tables in BENCHMARKS.md, generated from the committed result files.
+"""``specdraft report``: the tables in BENCHMARKS.md and README.md, generated from the committed
+result files.
 
 A generated block in a Markdown file looks like this::
 
@@ -8,8 +9,9 @@ A generated block in a Markdown file looks like this::
 
 ``specdraft report`` rewrites every block from the JSON it names; ``--check`` changes nothing and
 exits 1 when a block differs from what its JSON gives (a test runs it, so typed edits to a
-generated table fail). Kinds: ``live`` (``specdraft bench`` / ``demo`` results), ``replay`` (the
-full ``specdraft replay`` table), ``replay-summary`` (the default strategy against arctic) and
+generated table fail). Kinds: ``live`` (``specdraft bench`` / ``demo`` results), ``demo`` (what
+``specdraft demo`` prints first, from a demo result: README's first screen), ``replay`` (the full
+``specdraft replay`` table), ``replay-summary`` (the default strategy against arctic) and
 ``overhead`` (``specdraft overhead`` results).
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from specdraft.cli import parser as cli_parser
 
+FILES = ("BENCHMARKS.md", "README.md")  # what `specdraft report` regenerates by default
 BLOCK = re.compile(r"(<!-- generated: ([\w-]+) (\S+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
@@ -87,6 +90,13 @@ def live_table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def demo_screen(result: dict) -> str:
+    """The demo's title line, summary table and warnings, as it prints them, in a code block."""
+    from specdraft.demo import demo_screen as screen
+
+    return "```\n" + screen(result) + "\n```\n"
+
+
 def replay_table(result: dict) -> str:
     from specdraft.replay import markdown_table
 
@@ -109,7 +119,7 @@ def overhead_table(result: dict) -> str:
     return format_overhead_table(result) + "\n"
 
 
-KINDS = {"live": live_table, "replay": replay_table, "replay-summary": replay_summary,
+KINDS = {"live": live_table, "demo": demo_screen, "replay": replay_table, "replay-summary": replay_summary,
          "overhead": overhead_table}
 
 
@@ -127,7 +137,7 @@ def render(text: str, root: Path) -> str:
 
 def main(argv=None) -> int:
     ap = cli_parser("specdraft report", __doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="*", default=["BENCHMARKS.md"], help="Markdown files")
+    ap.add_argument("files", nargs="*", default=list(FILES), help="Markdown files")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
     args = ap.parse_args(argv)
     stale = []

@@ -1,4 +1,5 @@
-"""BENCHMARKS.md's generated tables equal what `specdraft report` makes from the committed JSON."""
+"""BENCHMARKS.md's and README.md's generated tables equal what `specdraft report` makes from the
+committed JSON (README's first screen: the demo's table as the committed demo result has it)."""
 
 from __future__ import annotations
 
@@ -11,22 +12,56 @@ from specdraft import report
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_benchmarks_md_is_generated():
-    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
-    assert report.BLOCK.search(text), "BENCHMARKS.md has no generated block"
-    assert report.render(text, ROOT) == text, "stale table: run `specdraft report`"
+DEMO_JSON = "benchmarks/results/demo-smollm2-135m.json"
+
+
+def _text(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", report.FILES)
+def test_markdown_is_generated(name):
+    text = _text(name)
+    assert report.BLOCK.search(text), f"{name} has no generated block"
+    assert report.render(text, ROOT) == text, f"stale table in {name}: run `specdraft report`"
 
 
 def test_every_kind_is_used():
-    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
-    assert {m.group(2) for m in report.BLOCK.finditer(text)} == set(report.KINDS)
+    kinds = {m.group(2) for name in report.FILES for m in report.BLOCK.finditer(_text(name))}
+    assert kinds == set(report.KINDS)
+
+
+def test_readme_shows_the_committed_demo():
+    """README's first screen is the demo's table from the committed demo result, as the demo
+    prints it: the block names that file, and its rows are the JSON's figures."""
+    import json
+
+    from specdraft.bench import format_live_summary
+
+    text = _text("README.md")
+    blocks = [m for m in report.BLOCK.finditer(text) if m.group(2) == "demo"]
+    assert [m.group(3) for m in blocks] == [DEMO_JSON]
+    assert text.index(blocks[0].group(0)) < text.index("## Compatibility")  # the first screen
+    table = json.loads((ROOT / DEMO_JSON).read_text(encoding="utf-8"))["table"]
+    for line in format_live_summary(table):
+        assert line in blocks[0].group(4)
+    spec = table["specdraft"]["vs_suffix"]
+    row = next(line for line in blocks[0].group(4).splitlines() if line.startswith("specdraft "))
+    assert f"{spec['tokens_per_s']:.2f}" in row.split() and f"{spec['decode']:.2f}" in row.split()
+
+
+def _typed_edit(body: str) -> str:
+    """``body`` with its first digit changed, as a hand edit of a generated table would."""
+    i = next(i for i, c in enumerate(body) if c.isdigit())
+    return body[:i] + str((int(body[i]) + 1) % 10) + body[i + 1:]
 
 
 @pytest.mark.parametrize("kind", sorted(report.KINDS))
 def test_typed_edit_is_caught(kind):
-    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
-    m = next(m for m in report.BLOCK.finditer(text) if m.group(2) == kind)
-    edited = text[: m.start(4)] + m.group(4).replace("|", "| 9.99 |", 1) + text[m.end(4):]
+    name, m = next((name, m) for name in report.FILES for m in report.BLOCK.finditer(_text(name))
+                   if m.group(2) == kind)
+    text = _text(name)
+    edited = text[: m.start(4)] + _typed_edit(m.group(4)) + text[m.end(4):]
     assert edited != text and report.render(edited, ROOT) == text
 
 
