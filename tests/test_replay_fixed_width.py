@@ -145,3 +145,12 @@ def test_measured_h200_pricing_of_the_small_shape():
     # the measured cells: B = 64, L = 2048 costs 2.10 ms at q = 1, 4.36 ms at q = 16
     assert cost.base_cost(64, 64, 64 * 2048.0, 2048.0) == pytest.approx(2.0965, rel=0.05)
     assert cost.base_cost(64 * 16, 64, 64 * 2048.0, 2048.0) == pytest.approx(4.3611, rel=0.05)
+
+
+def test_sweep_passes_fixed_width_on():
+    from specdraft.replay import replay
+    recs = [dict(r, model="qwen2.5-coder-0.5b") for r in RECS]
+    out = [replay(recs, ["vllm034-suffix"], 4, "small", (1,), fixed_width=fw) for fw in (False, True)]
+    assert out[1]["settings"]["fixed_width"] and not out[0]["settings"]["fixed_width"]
+    fast, wide = (o["results"]["w"]["vllm034-suffix"]["batch"]["1"]["est_speedup"] for o in out)
+    assert wide < fast  # the same drafts, every row priced 5 wide

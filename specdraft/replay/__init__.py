@@ -26,8 +26,13 @@ Counters (names as vLLM uses them):
 - drafted per step at batch B: draft tokens per decode row per pass (what the controller chose).
 
 Methods: every specdraft strategy (adaptive and fixed-length), vLLM's own ``ngram`` proposer
-function and arctic-inference's own ``SuffixDecodingCache`` (imported from their packages), and
-Hugging Face's prompt-lookup candidate generator (imported from transformers).
+function and arctic-inference's own ``SuffixDecodingCache`` (imported from their packages),
+vLLM 0.34's GPU ``suffix`` rule (``vllm034-suffix``, re-implemented), and Hugging Face's
+prompt-lookup candidate generator (imported from transformers).
+
+Fixed width (``fixed_width=True``, ``--fixed-width``): every decoding row is verified as wide as
+the budget, short chains padded with the request's last token, as vLLM 0.34 verifies without
+adaptive verification.
 
 The parts, one module each (this package gives their names under ``specdraft.replay``):
 
@@ -36,6 +41,7 @@ The parts, one module each (this package gives their names under ``specdraft.rep
 - ``batched``: one request alone and up to B in flight (``replay_request``, ``replay_batched``),
   and the no-draft baseline;
 - ``engine``: requests sent at once to a live engine, as vLLM schedules them (``replay_engine``);
+- ``pricing``: passes priced with measured H200 pass times (``pricing.h200``);
 - ``sweep``: every method per workload and batch size (``replay``);
 - ``tables`` and ``plot``: the results as text, Markdown and a chart;
 - ``command``: the ``specdraft replay`` command line (``main``).
