@@ -227,3 +227,34 @@ def test_the_check_catches_a_wrong_command(monkeypatch):
                     "  specdraft bench \\\n    --x 1\ndone") == [
         ["A=1", "make", "demo"], ["vllm", "serve", "m", "--c", '{\n  "a": 1}'], ["for", "w", "in", "a", "b"],
         ["do"], ["specdraft", "bench", "--x", "1"], ["done"]]
+
+
+def _names_in(text: str) -> list[re.Pattern]:
+    """Result-file names written in commands of ``text`` (its bash blocks, comments included, and
+    its inline `specdraft ...` / `python ...` code), as patterns: `$w` stands for any word and
+    `{a,b}` for either."""
+    code = "\n".join(b for _, b in bash_blocks_of(text))
+    code += "\n" + "\n".join(re.findall(r"`((?:specdraft|\.venv/bin/python|python|--)[^`]*)`", text))
+    out = []
+    for name in set(re.findall(r"[\w${},.-]+\.json\b", code)):
+        pattern = re.escape(name)
+        pattern = re.sub(r"\\\$\w+", r"[\\w.-]+", pattern)
+        pattern = re.sub(r"\\\{([^}]*)\\\}", lambda m: "(" + m.group(1).replace(",", "|") + ")", pattern)
+        out.append(re.compile(pattern + r"\Z"))
+    return out
+
+
+def bash_blocks_of(text: str) -> list[tuple[int, str]]:
+    return [(text[:m.start()].count("\n") + 1, m.group(2)) for m in FENCE.finditer(text)]
+
+
+def test_every_generated_table_names_its_command():
+    """BENCHMARKS.md names the command behind every table it generates: the result file each
+    generated block reads is written by a command shown in the file."""
+    from specdraft import report
+
+    text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    names = _names_in(text)
+    missing = [m.group(3) for m in report.BLOCK.finditer(text)
+               if not any(p.search(m.group(3).split("/")[-1]) for p in names)]
+    assert not missing, f"generated tables whose command BENCHMARKS.md does not show: {missing}"
