@@ -303,8 +303,11 @@ class SpecDrafter:
         return req_id in self._handles
 
     def num_tokens(self, req_id) -> int:
+        """Tokens of the request's history the drafter holds; -1 for a request not started
+        (unknown, or only given its scope)."""
         with self._lock:
-            return self.core.num_tokens(self._handle(req_id))
+            h = self._handles.get(req_id)
+            return self.core.num_tokens(h) if h is not None and self.core.has(h) else -1
 
     def finish(self, req_id) -> None:
         with self._lock:

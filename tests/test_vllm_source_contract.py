@@ -4,9 +4,11 @@ Every function and method an adapter wraps or calls (``SOURCE_FUNCTIONS``), ever
 (``SOURCE_FIELDS``), the ``custom_class`` call site whose arguments ``propose_arguments`` reads
 (``PROPOSE_CALL``), and the configuration the benchmarks' peers read in their constructors are
 checked in that release's own source, parsed, not imported. vLLM 0.32 is the installed CPU build;
-vLLM 0.33 (GPU only) is read from its wheel, which scripts/setup.sh downloads into
-``.cache/downloads`` (stage vllm-next). A missing source is a failure, not a skip: the adapter
-would ship unchecked.
+vLLM 0.33 and 0.34 (GPU only) are read from their wheels, which scripts/setup.sh downloads into
+``.cache/downloads`` (stage vllm-next). From 0.34 specdraft is a speculator, not a custom_class
+proposer: the V1 checks (the custom_class call site, the peers, the sampler copy) apply to 0.32 and
+0.33, the speculator's call site and hooks to 0.34. A missing source is a failure, not a skip: the
+adapter would ship unchecked.
 """
 
 from __future__ import annotations
@@ -145,6 +147,10 @@ def _config_reads(init: ast.FunctionDef) -> set[tuple[str, ...]]:
 
 
 ADAPTERS = [pytest.param(lo, module, id=module.rsplit(".", 1)[1]) for lo, _, module in VLLM_ADAPTERS]
+# Model Runner V1 releases (0.32, 0.33): specdraft is a custom_class proposer there, and the
+# benchmarks' peers are V1's own ngram and suffix proposers. From 0.34 it is a speculator.
+V1_ADAPTERS = [p for p in ADAPTERS if p.values[0] < (0, 34, 0)]
+SPECULATOR_ADAPTERS = [p for p in ADAPTERS if p.values[0] >= (0, 34, 0)]
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +209,7 @@ def test_every_field_the_adapter_reads_exists(version, module, sources):
     assert not problems, f"vLLM {_fmt(version)} ({src.where}):\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("version,module", ADAPTERS)
+@pytest.mark.parametrize("version,module", V1_ADAPTERS)
 def test_custom_class_call_site_passes_what_propose_arguments_reads(version, module, sources):
     src = sources(version)
     adapter = importlib.import_module(module)
@@ -231,7 +237,7 @@ def test_custom_class_call_site_passes_what_propose_arguments_reads(version, mod
     assert (sampled, num, toks) == ("s", "n", "t")
 
 
-@pytest.mark.parametrize("version,module", ADAPTERS)
+@pytest.mark.parametrize("version,module", V1_ADAPTERS)
 def test_peer_proposers_read_only_what_the_adapters_stand_in_config_holds(
         version, module, sources):
     src = sources(version)
@@ -267,7 +273,7 @@ def source_digest(fn: ast.FunctionDef) -> str:
     return hashlib.sha256(ast.dump(fn).encode()).hexdigest()[:16]
 
 
-@pytest.mark.parametrize("version,module", ADAPTERS)
+@pytest.mark.parametrize("version,module", V1_ADAPTERS)
 def test_every_function_the_adapter_copies_is_unchanged(version, module, sources):
     """An adapter that replaces a vLLM function with its own version of it (the lean rejection
     sampler) names the release's function by digest: a release that edits it fails here."""
@@ -287,7 +293,7 @@ def test_every_function_the_adapter_copies_is_unchanged(version, module, sources
     assert not problems, f"vLLM {_fmt(version)} ({src.where}):\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("version,module", ADAPTERS)
+@pytest.mark.parametrize("version,module", V1_ADAPTERS)
 def test_suffix_defaults_and_cache_arguments_are_the_releases(version, module, sources):
     """``SUFFIX_DEFAULTS`` are SpeculativeConfig's defaults, and ``suffix_cache_arguments`` hands
     each option to the argument of arctic's cache that SuffixDecodingProposer hands it to (what
@@ -322,3 +328,36 @@ def test_suffix_defaults_and_cache_arguments_are_the_releases(version, module, s
     cache_args, speculate_args = adapter.suffix_cache_arguments(**probe)
     assert {k: option_at[v] for k, v in cache_args.items()} == passed("SuffixDecodingCache")
     assert {k: option_at[v] for k, v in speculate_args.items()} == passed("speculate")
+
+
+@pytest.mark.parametrize("version,module", SPECULATOR_ADAPTERS)
+def test_speculator_call_site_and_hooks_match_the_speculator(version, module, sources):
+    """The runner's one ``speculator.propose`` call passes what ``PROPOSE_CALL`` lists, the
+    speculator takes ``BaseSpeculator.propose``'s parameters in the same order (the call is
+    positional), ``init_speculator`` hands ``req_states`` to a constructor that names it, and the
+    runner calls the lifecycle hooks and reads the confidences the speculator fills."""
+    src = sources(version)
+    adapter = importlib.import_module(module)
+    runner = src.tree("vllm/v1/worker/gpu/model_runner.py")
+    calls = [c for c in ast.walk(_find(runner, "GPUModelRunner.sample_tokens"))
+             if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+             and ast.unparse(c.func) == "self.speculator.propose"]
+    assert len(calls) == 1, f"vLLM {_fmt(version)}: speculator.propose call sites: {len(calls)}"
+    got = ([ast.unparse(a) for a in calls[0].args]
+           + [f"{k.arg}={ast.unparse(k.value)}" for k in calls[0].keywords])
+    assert tuple(got) == adapter.PROPOSE_CALL
+    base = _params(_find(src.tree("vllm/v1/worker/gpu/spec_decode/speculator.py"),
+                         "BaseSpeculator.propose"))
+    # specdraft's speculator, parsed (it imports only where vLLM 0.34 is installed)
+    ours = ast.parse(Path(REPO, "adapters", module.rsplit(".", 1)[1], "speculator.py").read_text())
+    assert _params(_find(ours, "SpecdraftSpeculator.propose")) == base
+    assert "req_states" in _params(_find(ours, "SpecdraftSpeculator.__init__"))
+    factory = ast.unparse(_find(src.tree("vllm/v1/worker/gpu/spec_decode/__init__.py"),
+                                "init_speculator"))
+    assert "'req_states' in inspect.signature(factory).parameters" in factory
+    assert "self.speculator.draft_token_confidence_probs" in ast.unparse(
+        _find(runner, "GPUModelRunner.sample_tokens"))
+    assert "self.speculator.on_requests_finished(finished_req_ids)" in ast.unparse(
+        _find(runner, "GPUModelRunner.finish_requests"))
+    assert "self.speculator.add_request(req_index)" in ast.unparse(
+        _find(runner, "GPUModelRunner.add_requests"))

@@ -219,7 +219,7 @@ class SpecdraftSpeculator(BaseSpeculator):
         for j in rows.tolist():
             r = req_ids[j]
             n, e = int(num_tokens[j]), int(emitted[j])
-            known = drafter.num_tokens(r) if drafter.has(r) else -1
+            known = drafter.num_tokens(r)
             if known < 0 or n - known > width or n < known:
                 part = full_history(j, n)
             else:
