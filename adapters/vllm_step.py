@@ -45,10 +45,32 @@ def ends_in_step(num_output: int, num_tokens: int, max_tokens: int | None, stops
     reaches the global cache in the step that ends it. As the scheduler's check_stop, a stop
     token ends the request whatever min_tokens says (the min_tokens logits processor keeps stop
     tokens from being sampled before then). Stop strings are found by the front end, which then
-    aborts: those wait for the engine's finish notice."""
-    if (max_tokens is not None and num_output >= max_tokens) or num_tokens >= max_model_len:
-        return True
-    return bool(stops) and any(t in stops for t in new_tokens)
+    aborts: those wait for the engine's finish notice. ``ends_in_step_rows`` is the same rule
+    over a batch."""
+    new = list(new_tokens) or [-1]
+    return bool(ends_in_step_rows(
+        np.array([num_output]), np.array([num_tokens]),
+        np.array([NO_LIMIT if max_tokens is None else max_tokens]),
+        np.array([sorted(stops) or [-1]]), np.array([new]), np.array([len(new_tokens)]),
+        max_model_len)[0])
+
+
+NO_LIMIT = np.iinfo(np.int64).max
+
+
+def ends_in_step_rows(num_output: np.ndarray, num_tokens: np.ndarray, max_tokens: np.ndarray,
+                      stops: np.ndarray, last_tokens: np.ndarray, num_new: np.ndarray,
+                      max_model_len: int) -> np.ndarray:
+    """``ends_in_step`` for R rows at once: ``max_tokens`` per row (``NO_LIMIT``: none),
+    ``stops`` an (R, S) array of stop ids padded with -1, ``last_tokens`` an (R, W) array whose
+    last ``num_new[j]`` entries are row j's tokens of this step."""
+    done = (num_output >= max_tokens) | (num_tokens >= max_model_len)
+    if last_tokens.size and stops.size and (stops >= 0).any():
+        width = last_tokens.shape[1]
+        new = np.arange(width)[None, :] >= (width - num_new)[:, None]
+        hit = (last_tokens[:, :, None] == stops[:, None, :]) & (stops >= 0)[:, None, :]
+        done |= (hit.any(axis=2) & new).any(axis=1)
+    return done
 
 
 class _Speculates(dict):

@@ -74,7 +74,7 @@ class Request:
         return len(self.prompt) + len(self.output_token_ids)
 
 
-def steps(records: list[dict], seed: int = 0):
+def steps(records: list[dict], seed: int = 0, batch_size: int = BATCH):
     """Yield one step at a time: (new requests, finished ids, rows, emitted per row, verified
     draft per row, tokens scored); the driver's drafts are sent back with ``send``."""
     rng = random.Random(seed)
@@ -83,7 +83,7 @@ def steps(records: list[dict], seed: int = 0):
     finished: list[str] = []
     while queue or batch:
         new = []
-        while queue and len(batch) < BATCH:
+        while queue and len(batch) < batch_size:
             batch.append(queue.pop(0))
             new.append(batch[-1])
         if len(batch) > 1 and rng.random() < 0.2:
@@ -121,9 +121,9 @@ def steps(records: list[dict], seed: int = 0):
             req.draft = draft
 
 
-def drive(records: list[dict], driver) -> list[list[list[int]]]:
+def drive(records: list[dict], driver, batch_size: int = BATCH) -> list[list[list[int]]]:
     out = []
-    gen = steps(records)
+    gen = steps(records, batch_size=batch_size)
     step = next(gen)
     try:
         while True:
@@ -135,20 +135,20 @@ def drive(records: list[dict], driver) -> list[list[list[int]]]:
     return out
 
 
-def _vllm_config(options: dict, max_model_len: int, attr: str):
+def _vllm_config(options: dict, max_model_len: int, attr: str, batch_size: int = BATCH):
     spec = SimpleNamespace(num_speculative_tokens=K, enable_adaptive_verification=False)
     setattr(spec, attr, options)
     return SimpleNamespace(
         speculative_config=spec,
         model_config=SimpleNamespace(max_model_len=max_model_len, dtype="float32",
                                      get_vocab_size=lambda: VOCAB),
-        scheduler_config=SimpleNamespace(max_num_seqs=BATCH))
+        scheduler_config=SimpleNamespace(max_num_seqs=batch_size))
 
 
 class Driver032:
     """The 0.32 adapter: SpecdraftProposer through its runner hooks."""
 
-    def __init__(self, options: dict, max_model_len: int):
+    def __init__(self, options: dict, max_model_len: int, batch_size: int = BATCH):
         from specdraft.adapters import vllm_step
         from specdraft.adapters.vllm_v0_32.config import OPTIONS_ATTR
         from specdraft.plugins.vllm import SpecdraftProposer
@@ -193,7 +193,7 @@ class Driver032:
 class Driver034:
     """The 0.34 adapter: SpecdraftSpeculator with vLLM 0.34's own request state and batch."""
 
-    def __init__(self, options: dict, max_model_len: int):
+    def __init__(self, options: dict, max_model_len: int, batch_size: int = BATCH):
         import torch
         import vllm.v1.worker.cpu.shm  # noqa: F401 - the CPU worker's patches, as it imports them
         from vllm.v1.worker.cpu import buffer_utils as cpu_buffers
@@ -210,9 +210,11 @@ class Driver034:
         self.torch = torch
         self.InputBatch = InputBatch
         device = torch.device("cpu")
-        self.states = RequestState(BATCH, max_model_len, 1 << 16, K, VOCAB, device)
-        self.buffers = InputBuffers(max_num_reqs=BATCH, max_num_tokens=1 << 16, device=device)
-        self.spec = SpecdraftSpeculator(_vllm_config(options, max_model_len, OPTIONS_ATTR),
+        self.states = RequestState(batch_size, max_model_len, 1 << 16, K, VOCAB, device)
+        self.buffers = InputBuffers(max_num_reqs=batch_size, max_num_tokens=1 << 16,
+                                    device=device)
+        self.spec = SpecdraftSpeculator(_vllm_config(options, max_model_len, OPTIONS_ATTR,
+                                                     batch_size),
                                         device, req_states=self.states)
         self.spec.clock = self._clock
         self.strict = True  # a speculator failure fails the run
@@ -276,14 +278,15 @@ class Driver034:
         return self.spec.drafts_of(num_reqs)
 
 
-def load(path: str, limit: int | None) -> list[dict]:
+def load(path: str, limit: int | None, repeat: int = 1) -> list[dict]:
     from specdraft.replay.traces import load_trace
 
-    records = load_trace(path)
+    records = load_trace(path) * repeat
     return records[:limit] if limit else records
 
 
 def main(argv=None) -> int:
+    global K
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("version", choices=["0.32", "0.34"])
     ap.add_argument("out", help="JSON: {trace: {options: drafts of every step}}")
@@ -291,21 +294,33 @@ def main(argv=None) -> int:
     ap.add_argument("--options", action="append",
                     help=f"drafter options as JSON, repeatable (default {DEFAULT_OPTIONS})")
     ap.add_argument("--limit", type=int, default=None, help="first N requests of each trace")
+    ap.add_argument("--batch", type=int, default=BATCH, help="requests in flight")
+    ap.add_argument("--repeat", type=int, default=1, help="the trace's requests N times over")
+    ap.add_argument("--k", type=int, default=K, help="num_speculative_tokens")
     args = ap.parse_args(argv)
+    K = args.k
     cls = Driver032 if args.version == "0.32" else Driver034
     results: dict = {}
+    timing: dict = {}
     for trace in args.traces:
-        records = load(trace, args.limit)
+        records = load(trace, args.limit, args.repeat)
         max_model_len = max(len(r["prompt_token_ids"]) + len(r["output_token_ids"])
                             for r in records) + K + 2
         for options in args.options or [json.dumps(DEFAULT_OPTIONS)]:
-            drafts = drive(records, cls(json.loads(options), max_model_len))
+            driver = cls(json.loads(options), max_model_len, args.batch)
+            drafts = drive(records, driver, args.batch)
             results.setdefault(trace, {})[options] = drafts
+            if args.version == "0.32":
+                driver.prop._count_lengths()  # the native step's row counts
+            c = driver.prop.counters if args.version == "0.32" else driver.spec.counters
+            timing.setdefault(trace, {})[options] = {
+                "batch": args.batch, "steps": c["steps"], "rows": c["rows"],
+                "proposer_seconds": c["proposer_seconds"]}
             tokens = sum(len(d) for s in drafts for d in s)
             print(f"[adapter-replay] vLLM {args.version} {trace} {options}: {len(drafts)} steps, "
                   f"{tokens} draft tokens", file=sys.stderr, flush=True)
     with open(args.out, "w") as f:
-        json.dump({"version": args.version, "results": results}, f)
+        json.dump({"version": args.version, "results": results, "timing": timing}, f)
     print(f"[adapter-replay] drafts -> {args.out}", file=sys.stderr)
     return 0
 

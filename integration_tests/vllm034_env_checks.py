@@ -97,7 +97,7 @@ def test_opted_out_request_gets_padding_only():
     assert drafts == [[]]
     assert eng.last[0].tolist() == [PHRASE[4]] * K
     assert eng.spec.draft_token_confidence_probs[0].tolist() == [0.0] * K
-    assert eng.spec.rules[a.req_id].speculates is False
+    assert not eng.spec.speculates[eng.driver.states.req_id_to_index[a.req_id]]
 
 
 def test_finished_requests_feed_the_global_cache_and_reset_state_forgets_them():
@@ -113,7 +113,7 @@ def test_finished_requests_feed_the_global_cache_and_reset_state_forgets_them():
     assert eng.spec.drafter.metrics()["global_cache_tokens"] > 0
     eng.spec.reset_state()  # what vLLM does after warm-up
     assert eng.spec.drafter.metrics()["global_cache_tokens"] == 0
-    assert not eng.spec.rules and not eng.spec.sent
+    assert not eng.spec.sent.any() and (eng.spec.held == -1).all()
 
 
 def test_an_aborted_request_does_not_enter_the_global_cache():

@@ -34,6 +34,14 @@ def accepted_count(num_emitted: int, num_drafted: int) -> int:
     return max(0, min(num_drafted, num_emitted - 1)) if num_drafted > 0 else -1
 
 
+def accepted_counts(num_emitted, num_drafted):
+    """``accepted_count`` over rows (numpy arrays): the vLLM 0.34 speculator's step."""
+    import numpy as np
+
+    return np.where(num_drafted > 0, np.clip(np.minimum(num_drafted, num_emitted - 1), 0, None),
+                    -1)
+
+
 @dataclasses.dataclass
 class DraftTree:
     token_ids: list[int] = dataclasses.field(default_factory=list)

@@ -3,8 +3,8 @@
 Per step, one device-to-host copy brings, for every row, its length, the tokens it emitted this
 step and its last K + 1 tokens (a gather on the device; more only for a request the drafter has
 not seen, once). That copy waits for the step's sampling: with async scheduling it is the one
-host sync specdraft adds per step (README, "vLLM 0.34"; integration_tests/gpu/host_sync_cost.py
-measures it). The drafter's answer goes back as one pinned host-to-device copy.
+host sync specdraft adds per step (``transfer``; docs/vllm.md; integration_tests/gpu/
+host_sync_cost.py measures it). The drafter's answer goes back as one pinned host-to-device copy.
 
 Drafts are fixed width, as vLLM 0.34 verifies them: a row's draft fills its first slots, the
 rest repeat the last sampled token (as vLLM's own suffix speculator pads), and
@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from vllm.v1.worker.gpu.spec_decode.speculator import BaseSpeculator
 
-from specdraft.adapters.vllm_step import ends_in_step, stop_token_ids
-from specdraft.proposers.base import accepted_count
+from specdraft.adapters.vllm_step import NO_LIMIT, ends_in_step_rows, stop_token_ids
+from specdraft.adapters.vllm_v0_34.transfer import drafts_to_device, rows_to_host, window_offsets
+from specdraft.proposers.base import accepted_counts
 
 
 class RequestRule:
@@ -79,9 +80,14 @@ class SpecdraftSpeculator(BaseSpeculator):
                                                         device=device)
         self._host_drafts = torch.zeros((max_num_reqs, k), dtype=torch.int64, pin_memory=pin)
         self._host_conf = torch.zeros((max_num_reqs, k), dtype=torch.float32, pin_memory=pin)
-        self._window = torch.arange(k + 1, dtype=torch.int64, device=device) - (k + 1)
-        self.rules: dict[str, RequestRule] = {}
-        self.sent: dict[str, int] = {}          # draft tokens handed over last step, per request
+        self._window = window_offsets(k, device)
+        # per request-state slot (vLLM's req_states index), for the request in it
+        self.pending: dict[str, RequestRule] = {}  # new_request -> add_request
+        self.held = np.full(max_num_reqs, -1, dtype=np.int64)   # tokens the drafter holds
+        self.sent = np.zeros(max_num_reqs, dtype=np.int64)      # draft tokens handed over
+        self.speculates = np.ones(max_num_reqs, dtype=bool)
+        self.max_tokens = np.full(max_num_reqs, NO_LIMIT, dtype=np.int64)
+        self.stops = np.full((max_num_reqs, 1), -1, dtype=np.int64)  # padded with -1
         self.ended: set[str] = set()            # finished in the step that ended them
         self.clock = time.perf_counter          # step timings for the controller's cost model
         self._last_propose: float | None = None
@@ -120,11 +126,27 @@ class SpecdraftSpeculator(BaseSpeculator):
         from specdraft.proposers.config import request_speculates
 
         extra = getattr(sampling_params, "extra_args", None)
-        self.rules[req_id] = RequestRule(
+        self.pending[req_id] = RequestRule(
             request_speculates(extra), getattr(sampling_params, "max_tokens", None),
-            frozenset(stop_token_ids(sampling_params)) if sampling_params is not None else ())
+            sorted(stop_token_ids(sampling_params)) if sampling_params is not None else ())
         if not self.drafter.has(req_id):
             self.drafter.set_scope(req_id, self.adapter.request_scope(sampling_params))
+
+    def add_request(self, req_index: int) -> None:
+        """vLLM gave a request slot ``req_index``: its rules move there (a preempted request
+        comes back in a new slot; the drafter then reads its history again from the start)."""
+        req_id = self.req_states.index_to_req_id.get(req_index)
+        rule = self.pending.pop(req_id, None) or _DEFAULT_RULE
+        self.held[req_index] = -1
+        self.sent[req_index] = 0
+        self.speculates[req_index] = rule.speculates
+        self.max_tokens[req_index] = NO_LIMIT if rule.max_tokens is None else rule.max_tokens
+        stops = list(rule.stops) or [-1]
+        if len(stops) > self.stops.shape[1]:
+            self.stops = np.pad(self.stops, ((0, 0), (0, len(stops) - self.stops.shape[1])),
+                                constant_values=-1)
+        self.stops[req_index] = -1
+        self.stops[req_index, :len(stops)] = stops
 
     def on_requests_finished(self, finished_req_ids: Any) -> None:
         """Requests that ended: those the step that ended them already finished are forgotten;
@@ -132,8 +154,7 @@ class SpecdraftSpeculator(BaseSpeculator):
         the drafter without entering the global cache."""
         try:
             for req_id in finished_req_ids:
-                self.rules.pop(req_id, None)
-                self.sent.pop(req_id, None)
+                self.pending.pop(req_id, None)
                 if req_id in self.ended:
                     self.ended.discard(req_id)
                 elif self.drafter.has(req_id):
@@ -144,9 +165,10 @@ class SpecdraftSpeculator(BaseSpeculator):
     def reset_state(self) -> None:
         """After warm-up: forget every request and the global cache."""
         self.drafter = self._build_drafter(*self._drafter_args)
-        self.rules.clear()
-        self.sent.clear()
+        self.pending.clear()
         self.ended.clear()
+        self.held[:] = -1
+        self.sent[:] = 0
         self._last_propose = None
 
     # -- the step ------------------------------------------------------------------------------
@@ -182,93 +204,85 @@ class SpecdraftSpeculator(BaseSpeculator):
         budget = k if num_speculative_tokens is None else max(0, min(k, num_speculative_tokens))
         states = self.req_states
         history = states.all_token_ids.gpu
-        idx = input_batch.idx_mapping[:num_reqs].to(torch.int64)
-        # one gather and one copy: each row's length, tokens emitted, last K + 1 tokens
-        total = states.total_len.gpu[idx].to(torch.int64)
-        pos = (total.unsqueeze(1) + self._window).clamp_(min=0)
-        window = history[idx.unsqueeze(1), pos].to(torch.int64)
-        packed = torch.cat([total.unsqueeze(1), num_sampled[:num_reqs].to(torch.int64).unsqueeze(1),
-                            window], dim=1).cpu().numpy()  # the host sync
+        idx = input_batch.idx_mapping[:num_reqs]
+        packed = rows_to_host(history, states.total_len.gpu, idx, num_sampled[:num_reqs],
+                              self._window)  # the host sync
         now = self.clock()
         seconds = None if self._last_propose is None else now - self._last_propose
         self._last_propose = now
         slots = np.asarray(input_batch.idx_mapping_np[:num_reqs], dtype=np.int64)
-        self.step(list(input_batch.req_ids[:num_reqs]), packed[:, 0], packed[:, 1],
+        self.step(input_batch.req_ids[:num_reqs], slots, packed[:, 0], packed[:, 1],
                   packed[:, 2:], states.prompt_len.np[slots],
                   getattr(input_batch, "num_draft_tokens_per_req", None), budget,
                   int(getattr(input_batch, "num_tokens", 0)), seconds,
                   lambda j, n: history[int(slots[j]), :n].cpu().numpy())
-        self.drafts[:num_reqs].copy_(self._host_drafts[:num_reqs], non_blocking=True)
-        if self.adaptive_verification:
-            self.draft_token_confidence_probs[:num_reqs].copy_(self._host_conf[:num_reqs],
-                                                               non_blocking=True)
+        drafts_to_device(self._host_drafts, self.drafts, self._host_conf,
+                         self.draft_token_confidence_probs if self.adaptive_verification else None,
+                         num_reqs)
 
-    def step(self, req_ids: list, num_tokens: np.ndarray, emitted: np.ndarray,
-             window: np.ndarray, num_prompt: np.ndarray, scheduled_drafts: Any, budget: int,
-             scored_tokens: int, seconds: float | None, full_history: Any) -> None:
-        """One step on host arrays: rows that emitted tokens (others are mid-prefill) into
-        ``SpecDrafter.step``, drafts into the pinned host buffers. ``window[j]`` holds row j's
-        last K + 1 tokens; ``full_history(j, n)`` the first ``n`` (for a request the drafter
-        does not hold, or one that moved on by more than the window)."""
+    def step(self, req_ids: list, slots: np.ndarray, num_tokens: np.ndarray,
+             emitted: np.ndarray, window: np.ndarray, num_prompt: np.ndarray,
+             scheduled_drafts: Any, budget: int, scored_tokens: int, seconds: float | None,
+             full_history: Any) -> None:
+        """One step on host arrays, without a Python loop over rows in the common case: rows
+        that emitted tokens (others are mid-prefill) into ``SpecDrafter.step``, drafts into the
+        pinned host buffers. ``window[j]`` holds row j's last K + 1 tokens, which is all a row
+        brings in a step; ``full_history(j, n)`` the first ``n`` (a request the drafter does not
+        hold, or one that moved on by more than the window)."""
         k = self.num_speculative_tokens
         drafter = self.drafter
         width = window.shape[1]
-        rows = np.flatnonzero(emitted > 0)
-        ids, parts, offsets, accepted, budgets, ended = [], [], [0], [], [], []
-        rules, sent = self.rules, self.sent
-        for j in rows.tolist():
-            r = req_ids[j]
-            n, e = int(num_tokens[j]), int(emitted[j])
-            known = drafter.num_tokens(r)
-            if known < 0 or n - known > width or n < known:
-                part = full_history(j, n)
-            else:
-                part = window[j, width - min(width, n):]
-            drafted = sent.get(r, 0)
-            if scheduled_drafts is not None:  # vLLM may have verified fewer slots than sent
-                drafted = min(drafted, int(scheduled_drafts[j]))
-            rule = rules.get(r, _DEFAULT_RULE)
-            new = part[len(part) - min(e, len(part)):].tolist()
-            done = ends_in_step(n - int(num_prompt[j]), n, rule.max_tokens, rule.stops, new,
-                                self.max_model_len)
-            ids.append(r)
-            parts.append(part)
-            offsets.append(offsets[-1] + len(part))
-            accepted.append(accepted_count(e, drafted))
-            budgets.append(budget if rule.speculates and not done else 0)
-            if done:
-                ended.append(r)
+        decoding = emitted > 0
+        every = bool(decoding.all())
+        rows = np.arange(len(emitted)) if every else np.flatnonzero(decoding)
+        s, n, e, w = slots[rows], num_tokens[rows], emitted[rows], window[rows]
+        held = self.held[s]
+        drafted = self.sent[s]
+        if scheduled_drafts is not None:  # vLLM may have verified fewer slots than sent
+            drafted = np.minimum(drafted, np.asarray(scheduled_drafts)[rows])
+        accepted = accepted_counts(e, drafted)
+        done = ends_in_step_rows(n - num_prompt[rows], n, self.max_tokens[s], self.stops[s], w, e,
+                                 self.max_model_len)
+        budgets = np.where(self.speculates[s] & ~done, budget, 0)
+        ids = list(req_ids) if every else [req_ids[j] for j in rows.tolist()]
+        far = (held < 0) | (n - held > width) | (n < held) | (n < width)
+        if far.any():  # new requests, once: their whole history
+            parts = [full_history(j, int(m)) if f else t
+                     for j, m, f, t in zip(rows.tolist(), n.tolist(), far.tolist(), w)]
+            offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+            np.cumsum([len(p) for p in parts], out=offsets[1:])
+            tokens = (np.concatenate(parts) if parts else np.zeros(0)).astype(np.int32)
+        else:  # each row's last K + 1 tokens: the drafter reads the ones it has not seen
+            offsets = np.arange(len(rows) + 1, dtype=np.int64) * width
+            tokens = w.astype(np.int32).ravel()
         if seconds is not None and scored_tokens > 0:
             drafter.report_step(scored_tokens, seconds)
-        tokens = (np.concatenate(parts).astype(np.int32) if parts
-                  else np.zeros(0, dtype=np.int32))
-        out = drafter.step(ids, tokens, num_tokens[rows], num_prompt[rows], budgets,
-                           token_offsets=offsets, num_accepted=accepted,
-                           num_emitted=emitted[rows], max_len=self.max_model_len - 1)
-        for r in ended:  # into the global cache now, not at vLLM's finish notice
-            if drafter.has(r):
-                drafter.finish(r)
-            self.ended.add(r)
+        out = drafter.step(ids, tokens, n, num_prompt[rows], budgets, token_offsets=offsets,
+                           num_accepted=accepted, num_emitted=e, max_len=self.max_model_len - 1)
+        self.held[s] = n
+        lengths = out.lengths
+        self.sent[s] = lengths
+        for j in np.flatnonzero(done).tolist():  # into the global cache now, not at vLLM's notice
+            if drafter.has(ids[j]):
+                drafter.finish(ids[j])
+            self.ended.add(ids[j])
         # fixed width: the draft, then the last token repeated; confidence 1 where drafted
         n_rows = len(num_tokens)
         host = self._host_drafts[:n_rows].numpy()
         conf = self._host_conf[:n_rows].numpy()
         host[:] = window[:, -1:]
         conf[:] = 0.0
-        lengths = out.lengths
         if out.tokens.size:
             r_idx = np.repeat(rows, lengths)
             c_idx = np.arange(out.tokens.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
             host[r_idx, c_idx] = out.tokens
             conf[r_idx, c_idx] = 1.0
-        for r, length in zip(ids, lengths.tolist()):
-            sent[r] = length
         c = self.counters
         c["rows"] += len(ids)
         c["proposed_drafts"] += int(np.count_nonzero(lengths))
         c["proposed_draft_tokens"] += int(out.tokens.size)
-        c["drafts"] += sum(1 for a in accepted if a >= 0)
-        c["accepted_tokens"] += sum(a for a in accepted if a > 0)
+        c["drafts"] += int(np.count_nonzero(accepted >= 0))
+        c["accepted_tokens"] += int(accepted[accepted > 0].sum())
         if lengths.size:
             self._length_counts += np.bincount(np.minimum(lengths, k), minlength=k + 1)
 
@@ -290,7 +304,8 @@ class SpecdraftSpeculator(BaseSpeculator):
             self.log.error("specdraft: speculator failed; this step goes on without drafts and "
                            "the drafter's request state is rebuilt from vLLM's. Later failures "
                            "are only counted (specdraft:errors_total).", exc_info=error)
-        self.sent.clear()
+        self.held[:] = -1  # the drafter reads every request's history again
+        self.sent[:] = 0
         try:
             self.drafter.reset()
         except Exception:  # noqa: BLE001 - the next step rebuilds it
