@@ -149,12 +149,12 @@ def test_accepted_counts_stop_at_the_real_draft():
     drafts = eng.step(new=[a])
     n = len(drafts[0])
     assert 0 < n < K
-    accepted = eng.spec.counters["accepted_tokens"]
+    accepted = eng.spec.read_counters()["accepted_tokens"]
     assert eng.last[0].tolist()[n:] == [7] * (K - n)  # padding, and the target repeats it
     pos = len(a.output_token_ids)
     assert a.truth[pos:pos + K] == eng.last[0].tolist()
     eng.step(emit={a.req_id: a.truth[pos:pos + K + 1]})  # every slot accepted, plus one
-    assert eng.spec.counters["accepted_tokens"] - accepted == n
+    assert eng.spec.read_counters()["accepted_tokens"] - accepted == n
 
 
 def test_a_failing_step_costs_one_step_of_drafts_not_the_engine(caplog, monkeypatch):

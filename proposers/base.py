@@ -38,8 +38,7 @@ def accepted_counts(num_emitted, num_drafted):
     """``accepted_count`` over rows (numpy arrays): the vLLM 0.34 speculator's step."""
     import numpy as np
 
-    return np.where(num_drafted > 0, np.clip(np.minimum(num_drafted, num_emitted - 1), 0, None),
-                    -1)
+    return np.where(num_drafted > 0, np.maximum(np.minimum(num_drafted, num_emitted - 1), 0), -1)
 
 
 @dataclasses.dataclass

@@ -96,6 +96,9 @@ class SpecdraftSpeculator(BaseSpeculator):
                          "draft_tokens": 0, "accepted_tokens": 0, "proposed_drafts": 0,
                          "proposed_draft_tokens": 0, "errors": 0}
         self._length_counts = np.zeros(k + 1, dtype=np.int64)
+        self._lengths: list[np.ndarray] = []   # each step's draft lengths, counted in bulk
+        self._accepted: list[np.ndarray] = []
+        self._offsets = np.arange(max_num_reqs + 1, dtype=np.int64) * (k + 1)
         self.hook_problem = install_request_params()
         if self.hook_problem is not None:
             self.log.warning("specdraft: %s; requests draft without tenant scope, opt-out or "
@@ -229,43 +232,53 @@ class SpecdraftSpeculator(BaseSpeculator):
         pinned host buffers. ``window[j]`` holds row j's last K + 1 tokens, which is all a row
         brings in a step; ``full_history(j, n)`` the first ``n`` (a request the drafter does not
         hold, or one that moved on by more than the window)."""
-        k = self.num_speculative_tokens
         drafter = self.drafter
         width = window.shape[1]
-        decoding = emitted > 0
-        every = bool(decoding.all())
-        rows = np.arange(len(emitted)) if every else np.flatnonzero(decoding)
-        s, n, e, w = slots[rows], num_tokens[rows], emitted[rows], window[rows]
+        every = bool((emitted > 0).all())
+        if every:  # the common case: no copies
+            rows, s, n, e, w, prompt = None, slots, num_tokens, emitted, window, num_prompt
+            ids = req_ids if isinstance(req_ids, list) else list(req_ids)
+        else:  # rows mid-prefill emit nothing and are left out
+            rows = np.flatnonzero(emitted > 0)
+            s, n, e, w, prompt = slots[rows], num_tokens[rows], emitted[rows], window[rows], \
+                num_prompt[rows]
+            ids = [req_ids[j] for j in rows.tolist()]
         held = self.held[s]
         drafted = self.sent[s]
         if scheduled_drafts is not None:  # vLLM may have verified fewer slots than sent
-            drafted = np.minimum(drafted, np.asarray(scheduled_drafts)[rows])
+            sd = np.asarray(scheduled_drafts)
+            drafted = np.minimum(drafted, sd if every else sd[rows])
         accepted = accepted_counts(e, drafted)
-        done = ends_in_step_rows(n - num_prompt[rows], n, self.max_tokens[s], self.stops[s], w, e,
+        done = ends_in_step_rows(n - prompt, n, self.max_tokens[s], self.stops[s], w, e,
                                  self.max_model_len)
         budgets = np.where(self.speculates[s] & ~done, budget, 0)
-        ids = list(req_ids) if every else [req_ids[j] for j in rows.tolist()]
-        far = (held < 0) | (n - held > width) | (n < held) | (n < width)
-        if far.any():  # new requests, once: their whole history
+        # history to hand over: each row's last K + 1 tokens, of which the drafter reads the ones
+        # it has not seen; a request it does not hold (new, or after a failure) or one that moved
+        # on by more than the window needs its whole history, once
+        far = ((n - held) > width) | (n < held) | (n < width)
+        if far.any():
+            batch_rows = range(len(e)) if every else rows.tolist()
             parts = [full_history(j, int(m)) if f else t
-                     for j, m, f, t in zip(rows.tolist(), n.tolist(), far.tolist(), w)]
+                     for j, m, f, t in zip(batch_rows, n.tolist(), far.tolist(), w)]
             offsets = np.zeros(len(parts) + 1, dtype=np.int64)
             np.cumsum([len(p) for p in parts], out=offsets[1:])
-            tokens = (np.concatenate(parts) if parts else np.zeros(0)).astype(np.int32)
-        else:  # each row's last K + 1 tokens: the drafter reads the ones it has not seen
-            offsets = np.arange(len(rows) + 1, dtype=np.int64) * width
+            tokens = np.concatenate(parts).astype(np.int32)
+        else:
+            offsets = self._offsets[:len(e) + 1] if len(e) < len(self._offsets) else \
+                np.arange(len(e) + 1, dtype=np.int64) * width
             tokens = w.astype(np.int32).ravel()
         if seconds is not None and scored_tokens > 0:
             drafter.report_step(scored_tokens, seconds)
-        out = drafter.step(ids, tokens, n, num_prompt[rows], budgets, token_offsets=offsets,
+        out = drafter.step(ids, tokens, n, prompt, budgets, token_offsets=offsets,
                            num_accepted=accepted, num_emitted=e, max_len=self.max_model_len - 1)
         self.held[s] = n
         lengths = out.lengths
         self.sent[s] = lengths
-        for j in np.flatnonzero(done).tolist():  # into the global cache now, not at vLLM's notice
-            if drafter.has(ids[j]):
-                drafter.finish(ids[j])
-            self.ended.add(ids[j])
+        if done.any():  # into the global cache now, not at vLLM's finish notice
+            for j in np.flatnonzero(done).tolist():
+                if drafter.has(ids[j]):
+                    drafter.finish(ids[j])
+                self.ended.add(ids[j])
         # fixed width: the draft, then the last token repeated; confidence 1 where drafted
         n_rows = len(num_tokens)
         host = self._host_drafts[:n_rows].numpy()
@@ -273,18 +286,36 @@ class SpecdraftSpeculator(BaseSpeculator):
         host[:] = window[:, -1:]
         conf[:] = 0.0
         if out.tokens.size:
-            r_idx = np.repeat(rows, lengths)
+            r_idx = np.repeat(np.arange(len(e)) if every else rows, lengths)
             c_idx = np.arange(out.tokens.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
             host[r_idx, c_idx] = out.tokens
             conf[r_idx, c_idx] = 1.0
         c = self.counters
         c["rows"] += len(ids)
-        c["proposed_drafts"] += int(np.count_nonzero(lengths))
         c["proposed_draft_tokens"] += int(out.tokens.size)
+        self._lengths.append(lengths)
+        self._accepted.append(accepted)
+        if len(self._lengths) >= 256:
+            self._count()
+
+    def read_counters(self) -> dict:
+        """The counters, bulk counts included."""
+        self._count()
+        return dict(self.counters)
+
+    def _count(self) -> None:
+        """Counters kept per step in bulk (as the 0.32 proposer keeps its draft lengths)."""
+        if not self._lengths:
+            return
+        k = self.num_speculative_tokens
+        lengths = np.concatenate(self._lengths)
+        accepted = np.concatenate(self._accepted)
+        self._lengths, self._accepted = [], []
+        c = self.counters
+        c["proposed_drafts"] += int(np.count_nonzero(lengths))
         c["drafts"] += int(np.count_nonzero(accepted >= 0))
         c["accepted_tokens"] += int(accepted[accepted > 0].sum())
-        if lengths.size:
-            self._length_counts += np.bincount(np.minimum(lengths, k), minlength=k + 1)
+        self._length_counts += np.bincount(np.minimum(lengths, k), minlength=k + 1)
 
     def drafts_of(self, num_rows: int) -> list[list[int]]:
         """The last step's drafts as lists (the real tokens of each row, without padding)."""
@@ -314,6 +345,7 @@ class SpecdraftSpeculator(BaseSpeculator):
     def _snapshot(self) -> dict:
         from specdraft.plugins.vllm import _DRAFTER_COUNTERS
 
+        self._count()
         try:
             m = self.drafter.metrics()
             drafter = {key: m[key] for key in _DRAFTER_COUNTERS if key in m}

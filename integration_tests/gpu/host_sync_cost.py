@@ -98,7 +98,7 @@ def main(argv=None) -> int:
                 h2d.append((c - b) * 1e6)
         row = {"rows": rows, "k": k, "d2h_us": statistics.median(d2h),
                "h2d_us": statistics.median(h2d),
-               "bytes_d2h": rows * (k + 3) * 8, "bytes_h2d": rows * k * (8 + 4)}
+               "bytes_d2h": rows * (k + 3) * 4, "bytes_h2d": rows * k * (8 + 4)}
         if cuda:
             row["wait_us"] = statistics.median(wait[10:])
         rows_out.append(row)
