@@ -7,7 +7,8 @@ Both adapters are driven through the same recorded steps (integration_tests/adap
 a trace's greedy outputs, acceptance by the recorded tokens) and draft the same tokens; the time
 is what each spends inside ``propose`` (its ``proposer_seconds`` over its steps), the 0.34 one
 including its device gather and copies (CPU tensors here). Results:
-benchmarks/results/vllm034-overhead.json and .md. Run alone on the machine:
+benchmarks/results/vllm034-overhead.json (``specdraft report`` renders it in BENCHMARKS.md). Run
+alone on the machine:
 
     .venv/bin/python benchmarks/vllm034_overhead.py
 """
@@ -71,16 +72,7 @@ def main() -> int:
     out = REPO / "benchmarks" / "results" / "vllm034-overhead.json"
     out.write_text(json.dumps({"trace": TRACE.name, "options": json.loads(OPTIONS), "rows": rows},
                               indent=1) + "\n")
-    lines = ["| requests in flight (most) | mean rows a step | steps | 0.32 propose, us/step | "
-             "0.34 propose, us/step | 0.34 us/row | same drafts |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['batch']} | {r['rows_per_step']:.1f} | {r['steps']} | "
-                     f"{r['us_per_step_0.32']:.0f} | "
-                     f"{r['us_per_step_0.34']:.0f} | {r['us_per_row_0.34']:.1f} | "
-                     f"{'yes' if r['same_drafts'] else 'no'} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print(f"[overhead-034] wrote {out} and {out.with_suffix('.md')}")
+    print(f"[overhead-034] wrote {out}; `specdraft report` puts its table in BENCHMARKS.md")
     return 0
 
 

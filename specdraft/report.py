@@ -119,8 +119,35 @@ def overhead_table(result: dict) -> str:
     return format_overhead_table(result) + "\n"
 
 
+def propose_034_table(result: dict) -> str:
+    """benchmarks/vllm034_overhead.py: host time of each adapter's propose by batch."""
+    lines = ["| requests in flight (most) | mean rows a step | steps | 0.32 propose, us/step | "
+             "0.34 propose, us/step | 0.34 / 0.32 | same drafts |",
+             "|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        a, b = r["us_per_step_0.32"], r["us_per_step_0.34"]
+        lines.append(f"| {r['batch']} | {r['rows_per_step']:.1f} | {r['steps']} | {a:.0f} | "
+                     f"{b:.0f} | {b / a:.1f}x | {'yes' if r['same_drafts'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def host_sync_table(result: dict) -> str:
+    """integration_tests/gpu/host_sync_cost.py: the 0.34 speculator's device traffic by rows."""
+    wait = any("wait_us" in r for r in result["rows"])
+    head = "| rows | device to host (gather + copy), us | host to device (drafts), us |"
+    lines = [head + (" wait behind a busy device, us |" if wait else ""),
+             "|---|---|---|" + ("---|" if wait else "")]
+    for r in result["rows"]:
+        lines.append(f"| {r['rows']} | {r['d2h_us']:.0f} | {r['h2d_us']:.0f} |"
+                     + (f" {r['wait_us']:.0f} |" if wait else ""))
+    return (f"{result['device']}, torch {result['torch']}, K = {result['rows'][0]['k']}, "
+            f"max_model_len {result['max_model_len']}, {result['max_num_seqs']} slots\n\n"
+            + "\n".join(lines) + "\n")
+
+
 KINDS = {"live": live_table, "demo": demo_screen, "replay": replay_table, "replay-summary": replay_summary,
-         "overhead": overhead_table}
+         "overhead": overhead_table, "vllm034-propose": propose_034_table,
+         "host-sync": host_sync_table}
 
 
 def render(text: str, root: Path) -> str:
