@@ -73,6 +73,27 @@ def ends_in_step_rows(num_output: np.ndarray, num_tokens: np.ndarray, max_tokens
     return done
 
 
+def record_failure(owner: Any, error: Exception, what: str) -> None:
+    """A failing step never reaches the engine: the step goes on without drafts, the failure is
+    counted (``specdraft:errors_total``) and logged once with its traceback, and the drafter's
+    request state is dropped, to be rebuilt from the engine's history. ``owner`` is the engine's
+    proposer or speculator (``counters``, ``drafter``, ``log``, ``_error_logged``)."""
+    owner.counters["errors"] += 1
+    try:
+        owner.drafter.count_error()
+    except Exception:  # noqa: BLE001
+        pass
+    if not owner._error_logged:
+        owner._error_logged = True
+        owner.log.error("specdraft: %s failed; this step goes on without drafts and the drafter's "
+                        "request state is rebuilt from vLLM's. Later failures are only counted "
+                        "(specdraft:errors_total).", what, exc_info=error)
+    try:
+        owner.drafter.reset()
+    except Exception:  # noqa: BLE001 - the drafter is in trouble; the next step rebuilds it
+        pass
+
+
 class _Speculates(dict):
     """req_id -> whether the request speculates, decided once per request (per-request opt-out)."""
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from specdraft.adapters import vllm_adapter
 from specdraft.adapters.vllm_hooks import RunnerHooks
-from specdraft.adapters.vllm_step import VllmStep
+from specdraft.adapters.vllm_step import VllmStep, record_failure
 from specdraft.plugins.vllm_metrics import SnapshotWriter, read_snapshot, wait_for_snapshot
 
 __all__ = ["SpecdraftProposer", "LookupProposer", "SuffixProposer", "TreeProposer",
@@ -309,21 +309,8 @@ class SpecdraftProposer:
             self._length_counts += np.bincount(lengths, minlength=self._length_counts.size)
 
     def _failed(self, error: Exception) -> None:
-        self.counters["errors"] += 1
-        try:
-            self.drafter.count_error()
-        except Exception:  # noqa: BLE001
-            pass
-        if not self._error_logged:
-            self._error_logged = True
-            self.log.error("specdraft: proposer failed; this step goes on without drafts and the "
-                           "drafter's request state is rebuilt from vLLM's. Later failures are "
-                           "only counted (specdraft:errors_total).", exc_info=error)
         self.steps.forget_events()
-        try:
-            self.drafter.reset()
-        except Exception:  # noqa: BLE001 - the drafter is in trouble; the next step rebuilds it
-            pass
+        record_failure(self, error, "proposer")
 
     def _publish(self) -> None:
         if self.writer is not None:

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from vllm.v1.worker.gpu.spec_decode.speculator import BaseSpeculator
 
-from specdraft.adapters.vllm_step import NO_LIMIT, ends_in_step_rows, stop_token_ids
+from specdraft.adapters.vllm_step import (NO_LIMIT, ends_in_step_rows, record_failure,
+                                          stop_token_ids)
 from specdraft.adapters.vllm_v0_34.transfer import drafts_to_device, rows_to_host, window_offsets
 from specdraft.proposers.base import accepted_counts
 
@@ -325,22 +326,9 @@ class SpecdraftSpeculator(BaseSpeculator):
 
     # -- failures and counters -----------------------------------------------------------------
     def _failed(self, error: Exception) -> None:
-        self.counters["errors"] += 1
-        try:
-            self.drafter.count_error()
-        except Exception:  # noqa: BLE001
-            pass
-        if not self._error_logged:
-            self._error_logged = True
-            self.log.error("specdraft: speculator failed; this step goes on without drafts and "
-                           "the drafter's request state is rebuilt from vLLM's. Later failures "
-                           "are only counted (specdraft:errors_total).", exc_info=error)
         self.held[:] = -1  # the drafter reads every request's history again
         self.sent[:] = 0
-        try:
-            self.drafter.reset()
-        except Exception:  # noqa: BLE001 - the next step rebuilds it
-            pass
+        record_failure(self, error, "speculator")
 
     def _snapshot(self) -> dict:
         from specdraft.plugins.vllm import _DRAFTER_COUNTERS
