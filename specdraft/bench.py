@@ -17,6 +17,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 from specdraft import live
 from specdraft.results import write_results
@@ -88,10 +89,45 @@ def start_engines(model: str, methods: list[str], k: int, progress, plan: live.E
     return cls(model, methods, k, progress, **llm_kwargs)
 
 
+@dataclass
+class Workload:
+    """What one run sends: ``prompts`` with their ``max_tokens`` (one figure or one per prompt).
+    ``waves``: groups of prompt indices sent one group after another, a group only once the one
+    before has finished (a session's later turn holds the earlier turn's answer, as ``specdraft
+    record`` sends turns); None: every prompt at once."""
+
+    prompts: list[list[int]]
+    max_tokens: int | list[int]
+    waves: list[list[int]] | None = None
+
+
+def generate_waves(llm, prompts: list[list[int]], maxes: list[int], waves: list[list[int]],
+                   ignore_eos: bool = False) -> live.RunResult:
+    """``live.generate`` of each wave in turn (each in one burst), put together in prompt order:
+    outputs, seconds and counters summed, every request's latencies; ``first_step``: the first
+    wave's."""
+    outs: list = [None] * len(prompts)
+    secs, lat, firsts = 0.0, [], []
+    totals = dict.fromkeys(live.COUNTER_KEYS, 0)
+    for wave in waves:
+        one = live.generate(llm, [prompts[i] for i in wave], [maxes[i] for i in wave],
+                            ignore_eos=ignore_eos)
+        for i, o in zip(wave, one.outputs):
+            outs[i] = o
+        secs += one.seconds
+        lat.extend(one.latencies)
+        firsts.append(one.first_step)
+        for k in live.COUNTER_KEYS:
+            totals[k] += one.counters.get(k, 0)
+    return live.RunResult(outs, secs, dict(totals, wave_first_steps=firsts), lat,
+                          firsts[0] if firsts else None)
+
+
 def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, progress,
                     sequential: bool = False, ignore_eos: bool = False,
                     methods: list[str] | None = None, warmup_rounds: int = 0,
-                    bar: str | None = None) -> dict:
+                    bar: str | None = None, workloads: dict[str, Workload] | None = None,
+                    first_round: int = 0) -> dict:
     """{method: [RunResult per round]}, methods interleaved with the order rotated each round.
 
     Every run starts from an engine with no cross-request state (prefix cache, global caches):
@@ -103,65 +139,86 @@ def run_interleaved(engines, prompts: list[list[int]], max_tokens, rounds: int, 
     primitives in bfloat16) are then made before the timed rounds, as on a server that has run
     a while. ``bar``: a label; on a terminal a progress bar counts the runs (warm-up runs
     included), drawn where ``progress`` writes (its ``stream``, see ``live.engine_log``).
+    ``workloads`` ({name: Workload}, in place of ``prompts`` and ``max_tokens``): in each
+    method's turn every workload runs, one after another, each from a clean slate; the result
+    is then {workload: {method: [RunResult per round]}}. ``first_round``: the index of the first
+    timed round (it sets the rotation; a round run again keeps its order).
     """
     from specdraft.progress import Progress
 
     methods = list(methods or engines.engines)
-    shown = (Progress((warmup_rounds + rounds) * len(methods), bar, "run",
+    single = workloads is None
+    if single:
+        workloads = {"": Workload(prompts, max_tokens)}
+    shown = (Progress((warmup_rounds + rounds) * len(methods) * len(workloads), bar, "run",
                       getattr(progress, "stream", None)) if bar else None)
     if shown is not None:
         progress = shown.say  # lines above the bar
-    runs: dict[str, list] = {m: [] for m in methods}
-    maxes = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
-    warm = [prompts[0][: max(1, min(len(prompts[0]), 32))]]
+    runs: dict[str, dict[str, list]] = {w: {m: [] for m in methods} for w in workloads}
     with shown or contextlib.nullcontext():
-        for r in range(-warmup_rounds, rounds):
+        for r in range(first_round - warmup_rounds, first_round + rounds):
             order = methods[r % len(methods):] + methods[: r % len(methods)]
             for m in order:
                 with engines.engine(m) as llm:
-                    # one short untimed request (first-call costs), then a clean slate again
-                    live.generate(llm, warm, 4)
-                    reset = live.reset_cross_request_state(llm)
-                    schedule = live.engine_schedule(llm)
-                    before = live.proposer_time(llm)
-                    live.step_times(llm)  # from here: this run's steps
-                    if sequential:
-                        outs, secs, per_req, lat = [], 0.0, [], []
-                        for p, n in zip(prompts, maxes):
-                            one = live.generate(llm, [p], n, ignore_eos=ignore_eos)
-                            outs.extend(one.outputs)
-                            secs += one.seconds
-                            per_req.append(one.counters)
-                            lat.extend(one.latencies)
-                        totals = {k: sum(c[k] for c in per_req) for k in live.COUNTER_KEYS}
-                        res = live.RunResult(outs, secs, dict(totals, per_request=per_req), lat)
-                    else:
-                        res = live.generate(llm, prompts, maxes, ignore_eos=ignore_eos)
-                    after = live.proposer_time(llm) if before is not None else None
-                    costs = live.pass_costs(llm) if after is not None else None
-                    res.counters["step_times"] = live.step_times(llm)
-                if after is not None:  # specdraft's own counters: time in propose, propose calls
-                    res.counters["proposer_seconds"] = after[0] - before[0]
-                    res.counters["proposer_steps"] = after[1] - before[1]
-                    res.counters["pass_costs"], res.counters["pass_log"] = costs or (None, None)
-                if shown is not None:
-                    shown.advance()
-                res.counters["cpu_pressure"] = live.cpu_pressure()
-                res.counters["reset"] = reset
-                # the engine's first step: the requests it admitted, read from the run (every one
-                # since generate() hands them over in one burst; runs before that drew it by race)
-                res.counters["schedule"] = dict(schedule, first_step=(
-                    1 if sequential else res.first_step))
-                if r < 0:
-                    progress(f"[bench] warm-up round {r + warmup_rounds + 1}/{warmup_rounds} {m}: "
-                             f"{res.tokens / res.seconds:.1f} tok/s (not reported)")
-                    continue
-                runs[m].append(res)
-                tpot = _median_ms([t for _, t in res.latencies])
-                progress(f"[bench] round {r + 1}/{rounds} {m:<12} {res.tokens / res.seconds:7.1f} tok/s"
-                         f"  TPOT {_ms(tpot):>6} ms  accepted {res.counters.get('accepted_tokens', 0):>6}"
-                         f"  (cpu pressure: {res.counters['cpu_pressure'] or 'n/a'})")
-    return runs
+                    done = [(w, _run_once(llm, wl, sequential, ignore_eos))
+                            for w, wl in workloads.items()]
+                for w, res in done:
+                    if shown is not None:
+                        shown.advance()
+                    what = f"{m:<12}" + (f" {w}" if w else "")
+                    if r < first_round:
+                        progress(f"[bench] warm-up round {r - first_round + warmup_rounds + 1}/"
+                                 f"{warmup_rounds} {m}{f' {w}' if w else ''}: "
+                                 f"{res.tokens / res.seconds:.1f} tok/s (not reported)")
+                        continue
+                    runs[w][m].append(res)
+                    tpot = _median_ms([t for _, t in res.latencies])
+                    label = f"{r + 1}/{rounds}" if first_round == 0 else f"{r + 1} again"
+                    progress(f"[bench] round {label} {what} "
+                             f"{res.tokens / res.seconds:7.1f} tok/s  TPOT {_ms(tpot):>6} ms  accepted "
+                             f"{res.counters.get('accepted_tokens', 0):>6}  (cpu pressure: "
+                             f"{res.counters['cpu_pressure'] or 'n/a'})")
+    return runs[""] if single else runs
+
+
+def _run_once(llm, wl: Workload, sequential: bool, ignore_eos: bool) -> live.RunResult:
+    """One timed run of a workload on an engine, from a clean slate, with its counters."""
+    prompts = wl.prompts
+    maxes = wl.max_tokens if isinstance(wl.max_tokens, list) else [wl.max_tokens] * len(prompts)
+    warm = [prompts[0][: max(1, min(len(prompts[0]), 32))]]
+    # one short untimed request (first-call costs), then a clean slate again
+    live.generate(llm, warm, 4)
+    reset = live.reset_cross_request_state(llm)
+    schedule = live.engine_schedule(llm)
+    before = live.proposer_time(llm)
+    live.step_times(llm)  # from here: this run's steps
+    if sequential:
+        outs, secs, per_req, lat = [], 0.0, [], []
+        for p, n in zip(prompts, maxes):
+            one = live.generate(llm, [p], n, ignore_eos=ignore_eos)
+            outs.extend(one.outputs)
+            secs += one.seconds
+            per_req.append(one.counters)
+            lat.extend(one.latencies)
+        totals = {k: sum(c[k] for c in per_req) for k in live.COUNTER_KEYS}
+        res = live.RunResult(outs, secs, dict(totals, per_request=per_req), lat)
+    elif wl.waves is not None:
+        res = generate_waves(llm, prompts, maxes, wl.waves, ignore_eos)
+    else:
+        res = live.generate(llm, prompts, maxes, ignore_eos=ignore_eos)
+    after = live.proposer_time(llm) if before is not None else None
+    costs = live.pass_costs(llm) if after is not None else None
+    res.counters["step_times"] = live.step_times(llm)
+    if after is not None:  # specdraft's own counters: time in propose, propose calls
+        res.counters["proposer_seconds"] = after[0] - before[0]
+        res.counters["proposer_steps"] = after[1] - before[1]
+        res.counters["pass_costs"], res.counters["pass_log"] = costs or (None, None)
+    res.counters["cpu_pressure"] = live.cpu_pressure()
+    res.counters["reset"] = reset
+    # the engine's first step: the requests it admitted, read from the run (every one
+    # since generate() hands them over in one burst; runs before that drew it by race)
+    res.counters["schedule"] = dict(schedule, first_step=(1 if sequential else res.first_step))
+    return res
 
 
 def lookahead_outputs(engines, prompts: list[list[int]], maxes: list[int], k: int) -> list[list[int]]:

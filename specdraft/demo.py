@@ -1,77 +1,191 @@
-"""``specdraft demo``: vLLM on CPU with no speculation, vLLM's ``ngram`` and ``suffix``, and specdraft.
+"""``specdraft demo``: vLLM on CPU with no speculation, vLLM ``suffix`` and specdraft, on two
+workloads: multi-turn code edits and fresh chat.
 
-Runs a few real prompts (editing a function from the Python standard library, a two-turn chat,
-an open question) through one engine per method, interleaved round by round, and prints a
-side-by-side table: tokens per second, speedup against no speculation (ratio of the fastest
-rounds and median of per-round ratios), mean acceptance length, drafted and accepted tokens from
-vLLM's own counters, and whether each output is token-identical to no speculation.
+Multi-turn edits are where specdraft's design should matter: each turn asks for another edit of
+the function the previous turn returned, and is sent only once that turn has finished, so the
+earlier answers come back (in the prompt, and in the global cache of earlier outputs). On fresh
+chat (new questions, nothing earlier to copy) little can help. Both run through one engine per
+method, interleaved round by round, and one table shows them: tokens per second, speed against
+no speculation and against vLLM ``suffix``, mean acceptance length, drafted and accepted tokens
+from vLLM's own counters, and whether each output is token-identical to no speculation. A round
+that disagrees with the others beyond the margins is run once more; if the rounds still
+disagree, a line says the machine was noisy and how close a ratio must be to count as a tie.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import math
 import os
+import statistics
 import sys
 import textwrap
 
+DEFAULT_METHODS = ["none", "vllm-suffix", "specdraft"]  # vllm-ngram left out: a shorter run
 
-def demo_conversations() -> list[dict]:
-    """Chat requests; a ``followup`` turn is sent after the first answer is known."""
-    import json as json_module
-    src = textwrap.dedent(inspect.getsource(json_module.dumps))
-    code = textwrap.dedent(inspect.getsource(textwrap.TextWrapper._split_chunks))
-    return [
-        {"name": "code_edit", "messages": [{"role": "user", "content":
-            "Add type hints to this Python function and return the whole function.\n\n"
-            f"```python\n{src.strip()}\n```"}]},
-        {"name": "code_explain", "messages": [{"role": "user", "content":
-            "Rewrite this method with a docstring, keeping the code the same.\n\n"
-            f"```python\n{code.strip()}\n```"}]},
-        {"name": "chat_2turns", "messages": [{"role": "user", "content":
-            "Give me three tips for writing readable Python code."}],
-         "followup": "Repeat your three tips, each in one short sentence."},
-        {"name": "open_question", "messages": [{"role": "user", "content":
-            "Why is the sky blue? Answer in a short paragraph."}]},
-    ]
+# Multi-turn edits: per session a function from the Python standard library (the source of the
+# Python that runs the demo) and the name its third turn renames.
+EDIT_TURNS = (
+    "Add type hints to this Python function and return the whole function.\n\n"
+    "```python\n{source}\n```",
+    "Now add a docstring to the function you returned, and return the whole function.",
+    "Now rename `{old}` to `{new}` everywhere in that function, and return the whole function.",
+)
+FRESH_CHAT = (
+    "Why is the sky blue? Answer in a short paragraph.",
+    "Give me three tips for writing readable Python code.",
+    "What is the difference between a process and a thread?",
+    "Suggest a name for a bakery and explain it in two sentences.",
+)
+ABOUT = {
+    "multi_turn_edit": "2 sessions x 3 turns (type hints, docstring, rename) on standard-library "
+                       "functions, each turn sent once the one before has finished, with its answer",
+    "fresh_chat": "4 new questions, sent at once",
+}
 
 
-def build_prompts(tokenizer, llm_none, max_tokens: int, progress) -> tuple[list[str], list[list[int]]]:
+def edit_sessions() -> list[tuple[str, list[str]]]:
+    """(name, the user's message of each turn) per multi-turn editing session."""
+    import fnmatch
+    import shlex
+
+    out = []
+    for fn, old, new in ((shlex.quote, "s", "text"), (fnmatch.filter, "result", "matches")):
+        source = textwrap.dedent(inspect.getsource(fn)).strip()
+        out.append((f"{fn.__module__}.{fn.__name__}",
+                    [t.format(source=source, old=old, new=new) for t in EDIT_TURNS]))
+    return out
+
+
+def build_workloads(tokenizer, llm_none, max_tokens: int, progress) -> dict[str, dict]:
+    """{workload: {"names", "prompts", "waves"}}: fresh chat's prompts, sent at once, and the
+    edit sessions' turns, turn by turn (a wave per turn). A later turn's prompt holds the
+    earlier turns and their answers: greedy, so every method gives the same answers, and no
+    speculation's are used (run here, untimed, each turn in one burst as the timed runs send it)."""
     from specdraft.live import chat_prompt, generate
-    names, prompts, followups = [], [], []
-    for conv in demo_conversations():
-        names.append(conv["name"])
-        prompts.append(chat_prompt(tokenizer, conv["messages"]))
-        followups.append(conv)
-    # the second turn needs the first answer: greedy, so every method would produce the same one
-    first = generate(llm_none, prompts, max_tokens).outputs
-    for i, conv in enumerate(followups):
-        if "followup" in conv:
-            answer = tokenizer.decode(first[i], skip_special_tokens=True)
-            msgs = conv["messages"] + [{"role": "assistant", "content": answer},
-                                       {"role": "user", "content": conv["followup"]}]
-            names.append(conv["name"] + "/turn2")
-            prompts.append(chat_prompt(tokenizer, msgs))
-    progress(f"[demo] {len(prompts)} prompts, {sum(map(len, prompts))} prompt tokens")
-    return names, prompts
+
+    sessions = edit_sessions()
+    convs: list[list[dict]] = [[] for _ in sessions]
+    names, prompts, waves = [], [], []
+    for turn in range(len(EDIT_TURNS)):
+        wave = []
+        for conv, (name, messages) in zip(convs, sessions):
+            conv.append({"role": "user", "content": messages[turn]})
+            wave.append(len(prompts))
+            names.append(f"{name}/turn{turn + 1}")
+            prompts.append(chat_prompt(tokenizer, conv))
+        waves.append(wave)
+        if turn + 1 < len(EDIT_TURNS):
+            answers = generate(llm_none, [prompts[i] for i in wave], max_tokens).outputs
+            for conv, answer in zip(convs, answers):
+                conv.append({"role": "assistant",
+                             "content": tokenizer.decode(answer, skip_special_tokens=True)})
+    chat = [chat_prompt(tokenizer, [{"role": "user", "content": q}]) for q in FRESH_CHAT]
+    out = {"multi_turn_edit": {"names": names, "prompts": prompts, "waves": waves},
+           "fresh_chat": {"names": [f"chat{i + 1}" for i in range(len(chat))], "prompts": chat,
+                          "waves": None}}
+    for w, b in out.items():
+        progress(f"[demo] {w}: {len(b['prompts'])} prompts, {sum(map(len, b['prompts']))} prompt "
+                 f"tokens")
+    return out
 
 
-def demo_title(settings: dict, names: list[str], mode: str) -> str:
-    """The line above the demo's table: what ran (``settings``: the demo's arguments)."""
-    return (f"model {settings['model']}, {len(names)} prompts ({', '.join(names)}), max "
-            f"{settings['max_tokens']} tokens, k={settings['num_speculative_tokens']}, "
-            f"{settings['rounds']} interleaved rounds after {settings['warmup_rounds']} untimed "
-            f"({mode}), caches cleared before every run, {settings['dtype']}, CPU")
+def _spreads(t: dict) -> dict[str, float]:
+    """The spreads of a method's rounds that are beyond the margins (bench.summarize's rule):
+    {"speed": ..., "accepted tokens": ...}."""
+    from specdraft.bench import COUNT_MARGIN, SPEED_MARGIN
+
+    out = {}
+    if t["speedup_spread"] > SPEED_MARGIN:  # no speculation's is 0: its speedups are all 1
+        out["speed"] = t["speedup_spread"]
+    if t["accepted_spread"] > COUNT_MARGIN:
+        out["accepted tokens"] = t["accepted_spread"]
+    return out
+
+
+def rounds_to_rerun(table: dict) -> list[int]:
+    """The rounds (0-based) to run once more: for each method whose rounds disagree beyond the
+    margins, the round farthest from the median of its rounds (in speed against no speculation,
+    or in accepted tokens when only those disagree)."""
+    out = set()
+    for m, t in table.items():
+        if not t["rounds_disagree"]:
+            continue
+        key = "speedup" if m != "none" and "speed" in _spreads(t) else "accepted_tokens"
+        vals = [max(p[key], 1e-9) for p in t["rounds"]]
+        mid = statistics.median(vals)
+        out.add(max(range(len(vals)), key=lambda i: abs(math.log(vals[i] / mid))))
+    return sorted(out)
+
+
+def rerun_record(workload: str, rnd: int, table: dict) -> dict:
+    """What a re-run replaced: the round, the methods whose rounds disagreed, the round's figures."""
+    return {"workload": workload, "round": rnd + 1,
+            "disagreeing": {m: _spreads(t) for m, t in table.items() if t["rounds_disagree"]},
+            "replaced": {m: {k: t["rounds"][rnd][k] for k in ("tokens_per_s", "speedup",
+                                                                "accepted_tokens")}
+                         for m, t in table.items()}}
+
+
+def _pct(spreads: dict[str, float]) -> str:
+    return " and ".join(f"{v:.0%} in {k}" for k, v in spreads.items())
+
+
+def demo_notes(result: dict) -> list[str]:
+    """One line per re-run round, and one per method whose rounds still disagree after it:
+    the machine was noisy, and ratios within that spread are ties."""
+    lines = []
+    for rr in result.get("reruns", []):
+        why = "; ".join(f"{m} {_pct(s)}" for m, s in rr["disagreeing"].items())
+        lines.append(f"round {rr['round']} of {rr['workload']} was run once more (rounds differed "
+                     f"beyond the margins: {why}); the table has the new round")
+    for w, wl in result["workloads"].items():
+        for m, t in wl["table"].items():
+            if t["rounds_disagree"] and (s := _spreads(t)):
+                n = max(s.values())
+                lines.append(f"rounds of {m} on {w} differ by {_pct(s)} even after a re-run: this "
+                             f"machine was noisy; treat ratios within {n:.0%} as ties")
+    return lines
+
+
+def demo_title(settings: dict, workloads: dict, mode: str) -> list[str]:
+    """The lines above the demo's table: what ran (``settings``: the demo's arguments)."""
+    return [f"model {settings['model']}, max {settings['max_tokens']} tokens a request, "
+            f"k={settings['num_speculative_tokens']}, {settings['rounds']} interleaved rounds after "
+            f"{settings['warmup_rounds']} untimed ({mode}), caches cleared before every run, "
+            f"{settings['dtype']}, CPU"] + [f"{w}: {wl['about']}" for w, wl in workloads.items()]
+
+
+def format_demo_summary(workloads: dict) -> list[str]:
+    """One table: ``bench``'s summary line of every method on every workload, the workload first."""
+    from specdraft.bench import format_live_summary
+
+    width = max(len("workload"), *map(len, workloads))
+    lines: list[str] = []
+    for w, wl in workloads.items():
+        rows = format_live_summary(wl["table"])
+        if not lines:
+            lines = [f"{'workload':<{width}} {rows[0]}", "-" * (width + 1 + len(rows[1]))]
+        lines += [f"{w:<{width}} {row}" for row in rows[2:]]
+    return lines
 
 
 def demo_screen(result: dict) -> str:
-    """What README shows of a demo result (its JSON): the title, the summary table and any
-    rounds-disagree warning, as ``specdraft demo`` prints them."""
-    from specdraft.bench import format_live_summary, format_rounds_warnings
+    """What README shows of a demo result (its JSON): the title, the one table and the notes on
+    re-run and noisy rounds, as ``specdraft demo`` prints them last."""
+    if "workloads" not in result:  # a result from before the two workloads: one table of prompts
+        from specdraft.bench import format_live_summary, format_rounds_warnings
 
-    table = result["table"]
-    return "\n".join([demo_title(result["settings"], result["prompts"], result["memory_plan"]["mode"]),
-                      *format_live_summary(table), *format_rounds_warnings(table)])
+        s, table = result["settings"], result["table"]
+        return "\n".join([
+            f"model {s['model']}, {len(result['prompts'])} prompts ({', '.join(result['prompts'])}), "
+            f"max {s['max_tokens']} tokens, k={s['num_speculative_tokens']}, {s['rounds']} "
+            f"interleaved rounds after {s['warmup_rounds']} untimed ({result['memory_plan']['mode']}), "
+            f"caches cleared before every run, {s['dtype']}, CPU",
+            *format_live_summary(table), *format_rounds_warnings(table)])
+    return "\n".join([*demo_title(result["settings"], result["workloads"], result["memory_plan"]["mode"]),
+                      *format_demo_summary(result["workloads"]), *demo_notes(result)])
 
 
 def main(argv=None) -> int:
@@ -82,7 +196,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="smollm2-135m",
                     help="a name from `specdraft models list` or a model folder")
     add_run_arguments(ap)
-    ap.add_argument("--max-tokens", type=int, default=160, help="output tokens per request")
+    ap.set_defaults(methods=DEFAULT_METHODS)
+    ap.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     ap.add_argument("--one-at-a-time", action="store_true",
                     help="run engines one at a time even when they fit in memory together")
     ap.add_argument("--json", default="results/demo.json", help="where the results go")
@@ -91,8 +206,8 @@ def main(argv=None) -> int:
     def progress(msg):
         print(msg, flush=True)
 
-    from specdraft.bench import (format_live_table, format_steps_table, plot_live, run_interleaved,
-                                 start_engines, summarize)
+    from specdraft.bench import (Workload, format_live_table, format_steps_table, plot_live,
+                                 run_interleaved, start_engines, summarize)
     from specdraft.models import resolve_model
     from specdraft.results import write_results
     if why := live.methods_error(args.methods):
@@ -109,33 +224,53 @@ def main(argv=None) -> int:
     progress(f"[demo] {plan.describe()}")
     log_path = os.path.splitext(args.json)[0] + ".log"
     progress(f"[demo] vLLM's output goes to {log_path}")
+    k = args.num_speculative_tokens
+    reruns: list[dict] = []
     with live.engine_log(log_path) as say:
-        engines = start_engines(path, args.methods, args.num_speculative_tokens, say, plan,
+        engines = start_engines(path, args.methods, k, say, plan,
                                 max_model_len=2048, max_num_seqs=8, dtype=args.dtype)
         try:
-            with engines.engine("none") as llm_none:  # the second turns need the first answers
-                names, prompts = build_prompts(llm_none.get_tokenizer(), llm_none,
-                                               args.max_tokens, say)
-            runs = run_interleaved(engines, prompts, args.max_tokens, args.rounds, say,
-                                   methods=args.methods, warmup_rounds=args.warmup_rounds,
-                                   bar="[demo] runs")
+            with engines.engine("none") as llm_none:  # later turns need the earlier answers
+                built = build_workloads(llm_none.get_tokenizer(), llm_none, args.max_tokens, say)
+            work = {w: Workload(b["prompts"], args.max_tokens, b["waves"]) for w, b in built.items()}
+            runs = run_interleaved(engines, [], None, args.rounds, say, methods=args.methods,
+                                   warmup_rounds=args.warmup_rounds, bar="[demo] runs",
+                                   workloads=work)
+            tables = {w: summarize(runs[w], k=k) for w in work}
+            for w in work:  # a round beyond the margins: once more, every method, same order
+                again = rounds_to_rerun(tables[w])
+                for r in again:
+                    say(f"[demo] {w}: round {r + 1} disagrees with the others; running it once more")
+                    reruns.append(rerun_record(w, r, tables[w]))
+                    new = run_interleaved(engines, [], None, 1, say, methods=args.methods,
+                                          workloads={w: work[w]}, first_round=r)[w]
+                    for m in args.methods:
+                        runs[w][m][r] = new[m][0]
+                if again:
+                    tables[w] = summarize(runs[w], k=k)
         except live.MemoryPlanError as e:
             say(f"specdraft demo: {e}")
             return 2
         finally:
             engines.close()
-    table = summarize(runs, k=args.num_speculative_tokens)
-    title = demo_title(vars(args), names, plan.mode)
+    workloads = {w: {"about": ABOUT[w], "prompts": built[w]["names"], "waves": built[w]["waves"],
+                     "table": tables[w]} for w in work}
+    result = {"settings": vars(args), "memory_plan": vars(plan), "workloads": workloads,
+              "reruns": reruns}
+    title = demo_title(vars(args), workloads, plan.mode)
+    for w, wl in workloads.items():
+        print(f"\n{w}: {wl['about']}")
+        print(format_live_table(wl["table"]))
+        if steps := format_steps_table(wl["table"]):
+            print(steps)
     print()
-    print(title)
-    print(format_live_table(table))
-    if steps := format_steps_table(table):
-        print(steps)
-    write_results(args.json, {"settings": vars(args), "memory_plan": vars(plan), "prompts": names,
-                              "table": table},
-                  plot=lambda png: plot_live(table, png, title), say=progress, tag="demo")
+    print(demo_screen(result))
+    merged = {f"{w}\n{m}": t for w, wl in workloads.items() for m, t in wl["table"].items()}
+    write_results(args.json, result, plot=lambda png: plot_live(merged, png, " / ".join(title)),
+                  say=progress, tag="demo")
     # float32 must be token-identical to no speculation; bfloat16 only reports the share
-    ok = args.dtype != "float32" or all(t["identical_to_no_spec"] for t in table.values())
+    ok = args.dtype != "float32" or all(t["identical_to_no_spec"] for wl in workloads.values()
+                                        for t in wl["table"].values())
     return 0 if ok else 1
 
 

@@ -33,7 +33,16 @@ def _fmt(v, spec: str = ".2f") -> str:
 
 
 def live_table(result: dict) -> str:
-    """Summary per method, then the rounds one by one (tokens/s; ratio to no speculation)."""
+    """Summary per method, then the rounds one by one (tokens/s; ratio to no speculation). A
+    demo result: these for each of its workloads, then its notes (rounds run again, noise)."""
+    if result.get("workloads"):
+        from specdraft.demo import demo_notes
+
+        parts = [f"**{w}**: {wl['about']}.\n\n" + live_table(dict(result, table=wl["table"],
+                                                                     workloads=None))
+                 for w, wl in result["workloads"].items()]
+        notes = demo_notes(result)
+        return "\n".join(parts) + ("".join(f"\n{n}.\n" for n in notes))
     table = result["table"]
     plan = result.get("memory_plan") or {}
     lines = ["| method | tokens/s (median) | x, fastest rounds | x, median of rounds | x, round 1 (cold) "
