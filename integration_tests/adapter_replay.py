@@ -26,6 +26,7 @@ sampled tokens into ``all_token_ids`` and ``total_len``).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
 import sys
@@ -112,7 +113,8 @@ def steps(records: list[dict], seed: int = 0, batch_size: int = BATCH):
             verified.append(req.draft)
             emitted.append(toks)
             req.output_token_ids.extend(toks)
-        drafts = yield new, finished, list(batch), emitted, verified, scored
+        drafts = yield new, [(r, False) for r in finished], list(batch), emitted, verified, \
+            scored, K
         finished = []
         for req, draft in zip(list(batch), drafts):
             if len(req.output_token_ids) >= len(req.truth):
@@ -121,9 +123,40 @@ def steps(records: list[dict], seed: int = 0, batch_size: int = BATCH):
             req.draft = draft
 
 
-def drive(records: list[dict], driver, batch_size: int = BATCH) -> list[list[list[int]]]:
+def recorded_steps(path: str):
+    """The steps a live vLLM 0.32 engine handed specdraft's proposer
+    (integration_tests/record_steps.py), in the same form as ``steps``; each step's recorded
+    drafts are collected in ``recorded_steps.drafts``."""
+    from specdraft.adapters.vllm_v0_32.config import SCOPE_ARG
+
+    requests: dict[str, Request] = {}
+    recorded_steps.drafts = []
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            step = json.loads(line)
+            new = []
+            for r, spec in step["new"].items():
+                req = Request(r, {"prompt_token_ids": spec["prompt"], "output_token_ids": []}, 0)
+                req.sampling_params = SimpleNamespace(**{k: spec[k] for k in (
+                    "max_tokens", "stop_token_ids", "eos_token_id", "ignore_eos", "extra_args")})
+                req.scope = (spec["extra_args"] or {}).get(SCOPE_ARG)
+                requests[r] = req
+                new.append(req)
+            batch = [requests[r] for r in step["req_ids"]]
+            for req, toks, n in zip(batch, step["sampled"], step["num_tokens"]):
+                req.output_token_ids.extend(toks)
+                assert req.num_tokens == n, (req.req_id, req.num_tokens, n)
+            verified = [step["scheduled"].get(r, []) for r in step["req_ids"]]
+            recorded_steps.drafts.append(step["drafts"])
+            yield (new, [tuple(f) for f in step["finished"]], batch, step["sampled"], verified,
+                   step["scored"] or 0, step["num_spec"])
+
+
+def drive(records, driver, batch_size: int = BATCH) -> list[list[list[int]]]:
+    """Every step through ``driver``: ``records`` a trace's records (simulated steps) or a
+    ``recorded_steps`` generator."""
     out = []
-    gen = steps(records, batch_size=batch_size)
+    gen = records if not isinstance(records, list) else steps(records, batch_size=batch_size)
     step = next(gen)
     try:
         while True:
@@ -158,11 +191,11 @@ class Driver032:
         self.max_model_len = max_model_len
         self.requests: dict[str, Request] = {}
 
-    def step(self, n, new, finished, batch, emitted, verified, scored):
+    def step(self, n, new, finished, batch, emitted, verified, scored, num_spec):
         for req in new:
             self.requests[req.req_id] = req
         hooks = self.prop.specdraft_hooks
-        hooks.step_begin([(r, False) for r in finished], scored, 1000.0 - STEP_SECONDS,
+        hooks.step_begin(list(finished), scored, 1000.0 - STEP_SECONDS,
                          [(req.req_id, req.scope) for req in new])
         if n == 0:  # the 0.34 speculator times a step from the previous one: none before the first
             self.prop.steps.step_started = None
@@ -180,12 +213,12 @@ class Driver032:
             requests=self.requests)
         out = SimpleNamespace(
             scheduled_spec_decode_tokens={r.req_id: v for r, v in zip(batch, verified) if v},
-            num_spec_tokens_to_schedule=K)
+            num_spec_tokens_to_schedule=num_spec)
         hooks.bind(runner, out, emitted)
         drafts = self.prop.propose(emitted, num_tokens, buf, slot_mappings=None)
         hooks.unbind()
         assert self.prop.counters["errors"] == 0, "the 0.32 proposer failed"
-        for r in finished:
+        for r, _ in finished:
             self.requests.pop(r, None)
         return [list(map(int, d)) for d in drafts]
 
@@ -242,13 +275,14 @@ class Driver034:
         self._now += STEP_SECONDS
         return self._now
 
-    def step(self, n, new, finished, batch, emitted, verified, scored):
+    def step(self, n, new, finished, batch, emitted, verified, scored, num_spec):
         import dataclasses
 
         torch, states = self.torch, self.states
-        if finished:
-            self.spec.on_requests_finished(set(finished))
-            for r in sorted(finished):
+        if finished:  # finished and aborted alike, as vLLM 0.34 reports them
+            ids = {r for r, _ in finished}
+            self.spec.on_requests_finished(ids)
+            for r in sorted(ids):
                 states.remove_request(r)
         self.runner.add_requests(SimpleNamespace(scheduled_new_reqs=[
             SimpleNamespace(req_id=r.req_id, prompt_token_ids=r.prompt,
@@ -272,7 +306,7 @@ class Driver034:
                                      for v, e in zip(verified, emitted)], dtype=torch.int32)
         out = self.spec.propose(batch_in, None, None, None, None, num_sampled, num_rejected,
                                 states.last_sampled_tokens, states.next_prefill_tokens,
-                                None, None, num_speculative_tokens=K)
+                                None, None, num_speculative_tokens=num_spec or K)
         assert tuple(out.shape) == (num_reqs, K), out.shape
         assert not self.strict or self.spec.counters["errors"] == 0, "the 0.34 speculator failed"
         return self.spec.drafts_of(num_reqs)
@@ -297,12 +331,26 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=BATCH, help="requests in flight")
     ap.add_argument("--repeat", type=int, default=1, help="the trace's requests N times over")
     ap.add_argument("--k", type=int, default=K, help="num_speculative_tokens")
+    ap.add_argument("--recorded", action="store_true",
+                    help="the files are steps recorded from a live engine (record_steps.py): "
+                         "replayed with the recording's settings; their drafts are written too")
     args = ap.parse_args(argv)
     K = args.k
     cls = Driver032 if args.version == "0.32" else Driver034
     results: dict = {}
     timing: dict = {}
     for trace in args.traces:
+        if args.recorded:
+            import record_steps
+
+            K = record_steps.K
+            options = json.dumps(record_steps.OPTIONS)
+            drafts = drive(recorded_steps(trace),
+                           cls(record_steps.OPTIONS, record_steps.MAX_MODEL_LEN, 4))
+            results[trace] = {options: drafts, "recorded": recorded_steps.drafts}
+            print(f"[adapter-replay] vLLM {args.version} {trace}: {len(drafts)} recorded steps",
+                  file=sys.stderr, flush=True)
+            continue
         records = load(trace, args.limit, args.repeat)
         max_model_len = max(len(r["prompt_token_ids"]) + len(r["output_token_ids"])
                             for r in records) + K + 2

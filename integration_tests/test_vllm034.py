@@ -9,8 +9,13 @@ subprocesses:
   ``SpeculativeConfig`` (``vllm034_config_probe.py``);
 * specdraft's speculator with vLLM 0.34's request state and batch (``vllm034_env_checks.py``,
   a pytest file run in that environment);
-* every committed bench trace's steps through the 0.34 adapter and through the 0.32 adapter
-  (``adapter_replay.py``): the drafts must be identical, step for step.
+* steps recorded from a live vLLM 0.32 engine on the prompts of every committed bench trace
+  (``record_steps.py``: real scheduling, chunked prefill, finishes, tenants, opt-outs), replayed
+  through the 0.32 adapter and the 0.34 adapter: both must draft what the live engine's proposer
+  drafted, step for step;
+* every committed bench trace's steps, simulated with acceptance by the recorded outputs, with
+  and without the adaptive controller, through both adapters (``adapter_replay.py``): identical
+  drafts, step for step.
 
 A missing 0.34 source is a failure, not a skip: the adapter would ship unchecked.
 """
@@ -29,6 +34,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 VLLM034 = REPO / ".cache" / "vllm-0.34.0"
 TRACES = sorted(str(p) for p in (REPO / "benchmarks" / "traces").glob("*.jsonl*"))
+# steps a live vLLM 0.32 engine handed specdraft, with its drafts (record_steps.py)
+RECORDED = sorted(str(p) for p in (HERE / "data").glob("recorded-steps-*.jsonl.gz"))
 OPTIONS = ['{"cost_model": "gpu", "adaptive": true}',
            '{"cost_model": "gpu", "adaptive": false, "strategy": "tree"}']
 
@@ -90,6 +97,25 @@ def test_the_speculator_against_vllm034s_request_state_and_batch():
     proc = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "vllm034_env_checks.py"],
                 vllm034=True)
     assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+def test_recorded_engine_steps_draft_the_same_through_both_adapters(tmp_path):
+    assert len(RECORDED) == 2, RECORDED
+    out = {}
+    for version, vllm034 in (("0.32", False), ("0.34", True)):
+        path = tmp_path / f"recorded-{version}.json"
+        _run(["adapter_replay.py", version, str(path), *RECORDED, "--recorded"], vllm034=vllm034)
+        out[version] = json.loads(path.read_text())["results"]
+    steps = 0
+    for trace in RECORDED:
+        live = out["0.32"][trace].pop("recorded")
+        (options, ours), = out["0.32"][trace].items()
+        theirs = out["0.34"][trace][options]
+        assert len(live) == len(ours) == len(theirs)
+        for i, (a, b, c) in enumerate(zip(live, ours, theirs)):
+            assert a == b == c, f"{Path(trace).name}: step {i}: live {a}, 0.32 {b}, 0.34 {c}"
+        steps += len(live)
+    assert steps > 300
 
 
 @pytest.mark.slow

@@ -61,8 +61,8 @@ class Engine:
             verified.append([])
         batch = self.live + list(new)
         finished, self.finished = self.finished, []
-        drafts = self.driver.step(1, list(new), finished, batch, emitted, verified,
-                                  sum(map(len, emitted)))
+        drafts = self.driver.step(1, list(new), [(r, False) for r in finished], batch, emitted,
+                                  verified, sum(map(len, emitted)), K)
         self.live = batch
         for req, d in zip(batch, drafts):
             req.draft = d
