@@ -17,7 +17,7 @@ def test_served_run_counts_agree_with_vllms(model_path, tmp_path):
     out = tmp_path / "served"
     assert main(["--model", model_path, "--trace", str(REPO / "benchmarks/traces/smollm2-135m.jsonl"),
                  "--limit", str(REQUESTS), "--max-output-tokens", str(OUTPUT), "--methods",
-                 "specdraft", "--rates", "2", "--k", "8", "--kv-gib", "1", "--max-num-seqs", "4",
+                 "specdraft", "--loads", "2", "--k", "8", "--kv-gib", "1", "--max-num-seqs", "4",
                  "--out-dir", str(out)]) == 0
     summary = json.loads((out / "served.json").read_text())
     (run,) = summary["runs"]

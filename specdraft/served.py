@@ -2,8 +2,9 @@
 
 For every method (``none``, ``vllm-suffix``, ``vllm-ngram``, ``specdraft``) it starts vLLM's
 OpenAI server on 127.0.0.1 (one method at a time, the same KV budget for each), sends the
-prompts file with ``vllm bench serve --backend openai --dataset-name custom`` at each request
-rate (Poisson arrivals; ``inf``: all at once) or ``--max-concurrency``, and keeps vLLM's own
+prompts file with ``vllm bench serve --backend openai --dataset-name custom`` at each load of
+``--loads`` (a request rate, Poisson arrivals, ``inf`` for all at once; or ``cN``: all at once
+with at most N requests in flight, vLLM's ``--max-concurrency``), and keeps vLLM's own
 ``--save-result`` JSON. Around each run it reads the server's ``/metrics``: vLLM's spec-decode
 counters and specdraft's, so drafts and acceptance are counted by both. Methods are interleaved
 (each repeat runs every method once, in turn) and the server is restarted for every run, so no
@@ -16,7 +17,7 @@ exactly ``output_tokens`` new tokens (``--ignore-eos``), greedy. ``--trace T.jso
 from a recorded trace (prompt token ids decoded with the model's tokenizer).
 
     specdraft served --model qwen2.5-coder-0.5b --trace benchmarks/traces/qwen2.5-coder-0.5b-seed2.jsonl.gz \\
-        --rates 0.2 1 inf --json results/served.json
+        --loads c1 c4 inf --json results/served.json
 """
 
 from __future__ import annotations
@@ -119,6 +120,20 @@ def counters(base: str) -> dict[str, float]:
     return {k.removesuffix("_total"): v for k, v in sums.items()}
 
 
+def parse_load(load: str) -> tuple[str, int | None]:
+    """``--loads`` item -> (request rate, max concurrency): "2.5" -> ("2.5", None), "c4" ->
+    ("inf", 4)."""
+    if load.startswith("c") and load[1:].isdigit() and int(load[1:]) > 0:
+        return "inf", int(load[1:])
+    try:
+        if float(load) > 0:
+            return load, None
+    except ValueError:
+        pass
+    raise UserError(f"--loads: {load!r} is not a load; accepted: a request rate > 0 (requests/s), "
+                    "inf, or cN (N > 0 requests in flight)")
+
+
 def bench_serve(base: str, model: str, prompts: Path, rate: str, num_prompts: int,
                 result_dir: Path, result_file: str, max_concurrency: int | None = None,
                 seed: int = 0) -> dict:
@@ -160,21 +175,23 @@ def write_prompts(trace: str, model_dir: str, out: Path, limit: int | None,
     return len(records)
 
 
-def run_one(args, method: str, rate: str, repeat: int, prompts: Path, num_prompts: int,
+def run_one(args, method: str, load: str, repeat: int, prompts: Path, num_prompts: int,
             out_dir: Path) -> dict:
     port = free_port()
     spec = speculative_config(method, args.k, json.loads(args.specdraft_options))
     cmd = server_command(args.model_dir, port, spec, dtype=args.dtype,
                          max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs)
-    name = f"{method}-rate{rate}-r{repeat}"
+    rate, concurrency = parse_load(load)
+    name = f"{method}-{load}-r{repeat}"
     started = time.monotonic()
     with serving(cmd, port, out_dir / f"{name}.server.log", args.kv_gib) as base:
         before = counters(base)
         result = bench_serve(base, args.model_dir, prompts, rate, num_prompts, out_dir,
-                             f"{name}.json", args.max_concurrency)
+                             f"{name}.json", concurrency)
         after = counters(base)
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-    row = {"method": method, "rate": rate, "repeat": repeat, "result_file": f"{name}.json",
+    row = {"method": method, "load": load, "rate": rate, "max_concurrency": concurrency,
+           "repeat": repeat, "result_file": f"{name}.json",
            "counters": delta, "wall_s": time.monotonic() - started}
     for key in ("completed", "failed", "output_throughput", "request_throughput", "duration",
                 "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
@@ -197,9 +214,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-output-tokens", type=int, default=None,
                     help="with --trace: cap each request's output length")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    ap.add_argument("--rates", nargs="+", default=["1"],
-                    help="request rates (requests/s, Poisson; inf: all at once)")
-    ap.add_argument("--max-concurrency", type=int, default=None)
+    ap.add_argument("--loads", nargs="+", default=["c1"],
+                    help="request rates (requests/s, Poisson; inf: all at once) or cN (all at "
+                         "once, at most N in flight)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--k", type=int, default=16, help="num_speculative_tokens")
     ap.add_argument("--specdraft-options", default="{}", help="specdraft's options as JSON")
@@ -225,20 +242,24 @@ def main(argv=None) -> int:
         n = sum(1 for line in prompts.open() if line.strip())
         n = min(n, args.limit) if args.limit else n
     rows = []
-    total = args.repeats * len(args.rates) * len(args.methods)
+    for load in args.loads:
+        parse_load(load)  # a bad one stops here, before any server starts
+    total = args.repeats * len(args.loads) * len(args.methods)
     for repeat in range(args.repeats):
-        for rate in args.rates:
-            for method in args.methods:  # interleaved: every method once per repeat and rate
-                print(f"[served] {len(rows) + 1}/{total}: {method} at rate {rate} "
+        for load in args.loads:
+            for method in args.methods:  # interleaved: every method once per repeat and load
+                print(f"[served] {len(rows) + 1}/{total}: {method} at load {load} "
                       f"(repeat {repeat + 1}), {n} requests", file=sys.stderr, flush=True)
-                rows.append(run_one(args, method, rate, repeat, prompts, n, out_dir))
+                rows.append(run_one(args, method, load, repeat, prompts, n, out_dir))
+                path_partial = out_dir / "served.partial.json"
+                path_partial.write_text(json.dumps(rows, indent=1) + "\n")  # as runs arrive
                 r = rows[-1]
                 print(f"[served]   {r['completed']} done, {r['output_throughput']:.1f} tok/s, "
                       f"TPOT p50 {r['median_tpot_ms']:.1f} ms, MAL {r['mal']}", file=sys.stderr,
                       flush=True)
     summary = {"model": args.model, "prompts": str(prompts), "requests": n, "k": args.k,
                "dtype": args.dtype, "kv_gib": args.kv_gib, "max_num_seqs": args.max_num_seqs,
-               "rates": args.rates, "max_concurrency": args.max_concurrency, "runs": rows}
+               "loads": args.loads, "runs": rows}
     path = Path(args.json) if args.json else out_dir / "served.json"
     path.write_text(json.dumps(summary, indent=1) + "\n")
     print(f"[served] {len(rows)} runs -> {path} (vLLM's own results in {out_dir})",
