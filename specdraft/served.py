@@ -157,7 +157,7 @@ def bench_serve(base: str, model: str, prompts: Path, rate: str, num_prompts: in
 
 
 def write_prompts(trace: str, model_dir: str, out: Path, limit: int | None,
-                  max_output_tokens: int | None = None) -> int:
+                  max_output_tokens: int | None = None, workload: str | None = None) -> int:
     """A trace's requests as vLLM's custom dataset, in the trace's order (sessions keep their
     turn order), each asking for its recorded output's length (at most ``max_output_tokens``);
     returns how many."""
@@ -166,7 +166,10 @@ def write_prompts(trace: str, model_dir: str, out: Path, limit: int | None,
     from specdraft.replay.traces import load_trace
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    records = [r for r in load_trace(trace) if r["output_token_ids"]][:limit or None]
+    records = [r for r in load_trace(trace) if r["output_token_ids"]
+               and (workload is None or r.get("workload") == workload)][:limit or None]
+    if not records:
+        raise UserError(f"--trace {trace}: no request{' of workload ' + workload if workload else ''}")
     with open(out, "w") as f:
         for r in records:
             f.write(json.dumps({"prompt": tok.decode(r["prompt_token_ids"]),
@@ -211,6 +214,7 @@ def main(argv=None) -> int:
     src.add_argument("--prompts", help="vLLM custom-dataset JSONL ({prompt, output_tokens})")
     src.add_argument("--trace", help="a recorded trace; its requests become the prompts file")
     ap.add_argument("--limit", type=int, default=None, help="first N requests")
+    ap.add_argument("--workload", default=None, help="with --trace: only this workload's requests")
     ap.add_argument("--max-output-tokens", type=int, default=None,
                     help="with --trace: cap each request's output length")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
@@ -236,7 +240,7 @@ def main(argv=None) -> int:
     if args.trace:
         prompts = out_dir / "prompts.jsonl"
         n = write_prompts(args.trace, args.model_dir, prompts, args.limit,
-                          args.max_output_tokens)
+                          args.max_output_tokens, args.workload)
     else:
         prompts = Path(args.prompts)
         n = sum(1 for line in prompts.open() if line.strip())
@@ -257,7 +261,9 @@ def main(argv=None) -> int:
                 print(f"[served]   {r['completed']} done, {r['output_throughput']:.1f} tok/s, "
                       f"TPOT p50 {r['median_tpot_ms']:.1f} ms, MAL {r['mal']}", file=sys.stderr,
                       flush=True)
-    summary = {"model": args.model, "prompts": str(prompts), "requests": n, "k": args.k,
+    summary = {"model": args.model, "trace": args.trace, "workload": args.workload,
+               "max_output_tokens": args.max_output_tokens, "prompts": str(prompts),
+               "requests": n, "k": args.k, "specdraft_options": json.loads(args.specdraft_options),
                "dtype": args.dtype, "kv_gib": args.kv_gib, "max_num_seqs": args.max_num_seqs,
                "loads": args.loads, "runs": rows}
     path = Path(args.json) if args.json else out_dir / "served.json"
