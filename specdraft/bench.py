@@ -639,7 +639,7 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:+.1%}"
 
 
-def plot_live(table: dict, path: str, title: str) -> None:
+def plot_live(table: dict, path: str, title: str, rotation: int = 20) -> None:
     """Tokens per second end to end and decode speed (1/TPOT) by method (bars: medians; dots:
     rounds, round 1 in red), and what decides speed: draft tokens accepted and rejected per
     output token (the target passes saved against the extra tokens every pass verifies)."""
@@ -671,7 +671,7 @@ def plot_live(table: dict, path: str, title: str) -> None:
     axes[2].legend(fontsize=8)
     for ax in axes:
         ax.set_xticks(range(len(methods)))
-        ax.set_xticklabels(methods, rotation=20)
+        ax.set_xticklabels(methods, rotation=rotation)
     fig.suptitle(textwrap.fill(title, 110), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -174,18 +174,21 @@ def format_demo_summary(workloads: dict) -> list[str]:
 def demo_screen(result: dict) -> str:
     """What README shows of a demo result (its JSON): the title, the one table and the notes on
     re-run and noisy rounds, as ``specdraft demo`` prints them last."""
-    if "workloads" not in result:  # a result from before the two workloads: one table of prompts
-        from specdraft.bench import format_live_summary, format_rounds_warnings
-
-        s, table = result["settings"], result["table"]
-        return "\n".join([
-            f"model {s['model']}, {len(result['prompts'])} prompts ({', '.join(result['prompts'])}), "
-            f"max {s['max_tokens']} tokens, k={s['num_speculative_tokens']}, {s['rounds']} "
-            f"interleaved rounds after {s['warmup_rounds']} untimed ({result['memory_plan']['mode']}), "
-            f"caches cleared before every run, {s['dtype']}, CPU",
-            *format_live_summary(table), *format_rounds_warnings(table)])
     return "\n".join([*demo_title(result["settings"], result["workloads"], result["memory_plan"]["mode"]),
                       *format_demo_summary(result["workloads"]), *demo_notes(result)])
+
+
+SHORT = {"multi_turn_edit": "edits", "fresh_chat": "chat"}  # the chart's labels
+
+
+def plot_demo(result: dict, png: str) -> None:
+    """``bench``'s chart of every method on every workload (a bar each), from a demo result."""
+    from specdraft.bench import plot_live
+
+    merged = {f"{m.removeprefix('vllm-')}\n{SHORT.get(w, w)}": t
+              for w, wl in result["workloads"].items() for m, t in wl["table"].items()}
+    title = demo_title(result["settings"], result["workloads"], result["memory_plan"]["mode"])
+    plot_live(merged, png, " / ".join(title), rotation=0)
 
 
 def main(argv=None) -> int:
@@ -206,8 +209,8 @@ def main(argv=None) -> int:
     def progress(msg):
         print(msg, flush=True)
 
-    from specdraft.bench import (Workload, format_live_table, format_steps_table, plot_live,
-                                 run_interleaved, start_engines, summarize)
+    from specdraft.bench import (Workload, format_live_table, format_steps_table, run_interleaved,
+                                 start_engines, summarize)
     from specdraft.models import resolve_model
     from specdraft.results import write_results
     if why := live.methods_error(args.methods):
@@ -257,7 +260,6 @@ def main(argv=None) -> int:
                      "table": tables[w]} for w in work}
     result = {"settings": vars(args), "memory_plan": vars(plan), "workloads": workloads,
               "reruns": reruns}
-    title = demo_title(vars(args), workloads, plan.mode)
     for w, wl in workloads.items():
         print(f"\n{w}: {wl['about']}")
         print(format_live_table(wl["table"]))
@@ -265,9 +267,8 @@ def main(argv=None) -> int:
             print(steps)
     print()
     print(demo_screen(result))
-    merged = {f"{w}\n{m}": t for w, wl in workloads.items() for m, t in wl["table"].items()}
-    write_results(args.json, result, plot=lambda png: plot_live(merged, png, " / ".join(title)),
-                  say=progress, tag="demo")
+    write_results(args.json, result, plot=lambda png: plot_demo(result, png), say=progress,
+                  tag="demo")
     # float32 must be token-identical to no speculation; bfloat16 only reports the share
     ok = args.dtype != "float32" or all(t["identical_to_no_spec"] for wl in workloads.values()
                                         for t in wl["table"].values())

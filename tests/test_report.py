@@ -33,21 +33,31 @@ def test_every_kind_is_used():
 
 def test_readme_shows_the_committed_demo():
     """README's first screen is the demo's table from the committed demo result, as the demo
-    prints it: the block names that file, and its rows are the JSON's figures."""
+    prints it: the block names that file, and its rows are the JSON's figures, every workload's
+    (the workload first), with the notes on rounds run again and noise."""
     import json
 
     from specdraft.bench import format_live_summary
+    from specdraft.demo import demo_notes
 
     text = _text("README.md")
     blocks = [m for m in report.BLOCK.finditer(text) if m.group(2) == "demo"]
     assert [m.group(3) for m in blocks] == [DEMO_JSON]
     assert text.index(blocks[0].group(0)) < text.index("## Compatibility")  # the first screen
-    table = json.loads((ROOT / DEMO_JSON).read_text(encoding="utf-8"))["table"]
-    for line in format_live_summary(table):
-        assert line in blocks[0].group(4)
-    spec = table["specdraft"]["vs_suffix"]
-    row = next(line for line in blocks[0].group(4).splitlines() if line.startswith("specdraft "))
-    assert f"{spec['tokens_per_s']:.2f}" in row.split() and f"{spec['decode']:.2f}" in row.split()
+    result = json.loads((ROOT / DEMO_JSON).read_text(encoding="utf-8"))
+    body = blocks[0].group(4)
+    assert set(result["workloads"]) == {"multi_turn_edit", "fresh_chat"}
+    for w, wl in result["workloads"].items():
+        table = wl["table"]
+        assert set(table) >= {"none", "vllm-suffix", "specdraft"}
+        rows = body.splitlines()
+        for line in format_live_summary(table)[2:]:
+            assert any(r.endswith(line) and r[: -len(line)].strip() == w for r in rows), line
+        spec = table["specdraft"]["vs_suffix"]
+        row = next(r for r in rows if r.split()[:2] == [w, "specdraft"])
+        assert f"{spec['tokens_per_s']:.2f}" in row.split() and f"{spec['decode']:.2f}" in row.split()
+    for note in demo_notes(result):
+        assert note in body
 
 
 def _typed_edit(body: str) -> str:
