@@ -69,6 +69,11 @@ def test_workloads_run_in_each_methods_turn_from_a_clean_slate(fake_live):
     first = calls[:6]  # none's first run (edit), then its chat run
     assert [c[0] for c in first] == ["generate", "reset", "generate", "generate", "generate", "reset"]
     assert first[2][2] == [(1,)] and first[3][2] == [(2,), (3,)] and first[4][2] == [(7,)]
+    # without workloads (specdraft bench): {method: runs}, one progress line a timed run
+    lines = []
+    single = bench.run_interleaved(engines, [[5], [6]], 4, 2, lines.append)
+    assert set(single) == {"none", "a", "b"} and single["a"][1].outputs == [[6], [7]]
+    assert len(lines) == 2 * 3 and lines[0].startswith("[bench] round 1/2 none ")
     # a round run again keeps its rotation: round 2 (index 1) starts with the second method
     fake_live.clear()
     bench.run_interleaved(engines, [], None, 1, lambda msg: None, workloads={"chat": work["chat"]},
