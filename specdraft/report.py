@@ -154,9 +154,41 @@ def host_sync_table(result: dict) -> str:
             + "\n".join(lines) + "\n")
 
 
+def served_table(result: dict) -> str:
+    """``specdraft served``: per load and method, vLLM's latency percentiles and throughput
+    (medians over repeats), MAL from vLLM's counters, and throughput against no speculation."""
+    import statistics
+
+    cells: dict = {}
+    for r in result["runs"]:
+        cells.setdefault((r["load"], r["method"]), []).append(r)
+
+    def med(runs, key):
+        values = [r[key] for r in runs if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    lines = ["| load | method | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p50 / p99 ms | "
+             "output tok/s | x none | MAL | runs |", "|---|---|---|---|---|---|---|---|---|"]
+    for load in result["loads"]:
+        base = med(cells.get((load, "none"), []), "output_throughput")
+        for (ld, method), runs in cells.items():
+            if ld != load:
+                continue
+            tput = med(runs, "output_throughput")
+            mal = med(runs, "mal")
+            ratio = f"{tput / base:.2f}" if base else "-"
+            lines.append(
+                f"| {load} | {method} | {med(runs, 'median_ttft_ms'):.0f} / "
+                f"{med(runs, 'p99_ttft_ms'):.0f} | {med(runs, 'median_tpot_ms'):.1f} / "
+                f"{med(runs, 'p99_tpot_ms'):.1f} | {med(runs, 'median_itl_ms'):.1f} / "
+                f"{med(runs, 'p99_itl_ms'):.1f} | {tput:.1f} | {ratio} | "
+                f"{'-' if mal is None else f'{mal:.2f}'} | {len(runs)} |")
+    return "\n".join(lines) + "\n"
+
+
 KINDS = {"live": live_table, "demo": demo_screen, "replay": replay_table, "replay-summary": replay_summary,
          "overhead": overhead_table, "vllm034-propose": propose_034_table,
-         "host-sync": host_sync_table}
+         "host-sync": host_sync_table, "served": served_table}
 
 
 def render(text: str, root: Path) -> str:
