@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import socket
 import sys
 
 import pytest
@@ -107,9 +106,9 @@ def make_llm(model: str, env: dict | None = None, **overrides):
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (for a server a test starts)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from specdraft.served import free_port as port
+
+    return port()
 
 
 def start_local_ray(make_kwargs) -> dict:

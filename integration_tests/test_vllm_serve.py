@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import time
 
 import httpx
@@ -23,45 +20,18 @@ NUM_SPEC_TOKENS = 8
 STARTUP_METRICS: dict[str, dict] = {}  # base URL -> /metrics read as soon as the server is up
 
 
-def server_command(model: str, port: int, speculative_config: dict) -> list[str]:
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-            "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
-            "--max-num-seqs", "4", "--speculative-config", json.dumps(speculative_config)]
-
-
 @contextlib.contextmanager
 def serving(model: str, speculative_config: dict, log_path, timeout: float = 600):
     """A vLLM OpenAI server on 127.0.0.1 with this speculative config, logging to ``log_path``:
-    yields its base URL once /health answers; stopped on exit."""
+    yields its base URL once /health answers; stopped on exit (``specdraft served``'s server)."""
+    from specdraft.served import server_command
+    from specdraft.served import serving as served
+
     port = free_port()
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(server_command(model, port, speculative_config), stdout=log,
-                                stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n"
-                            f"{log_path.read_text()[-5000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server did not start:\n{log_path.read_text()[-5000:]}")
-            time.sleep(1)
+    cmd = server_command(model, port, speculative_config, dtype="float32", max_model_len=1024,
+                         max_num_seqs=4, served_name=SERVED)
+    with served(cmd, port, log_path, kv_gib=1, timeout=timeout) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

