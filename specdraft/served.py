@@ -123,6 +123,21 @@ def counters(base: str) -> dict[str, float]:
     return {k.removesuffix("_total"): v for k, v in sums.items()}
 
 
+def settled_counters(base: str, quiet: float = 0.6, timeout: float = 15.0) -> dict[str, float]:
+    """``counters`` once they have stopped moving: specdraft's reach /metrics through a snapshot
+    the worker writes every 0.25 s, so a read right after the last response can miss the last
+    steps. Read until two reads ``quiet`` seconds apart agree (the server is idle by then)."""
+    deadline = time.monotonic() + timeout
+    last = counters(base)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = counters(base)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def parse_load(load: str) -> tuple[str, int | None]:
     """``--loads`` item -> (request rate, max concurrency): "2.5" -> ("2.5", None), "c4" ->
     ("inf", 4)."""
@@ -191,10 +206,10 @@ def run_one(args, method: str, load: str, repeat: int, prompts: Path, num_prompt
     name = f"{method}-{load}-r{repeat}"
     started = time.monotonic()
     with serving(cmd, port, out_dir / f"{name}.server.log", args.kv_gib) as base:
-        before = counters(base)
+        before = settled_counters(base)
         result = bench_serve(base, args.model_dir, prompts, rate, num_prompts, out_dir,
                              f"{name}.json", concurrency)
-        after = counters(base)
+        after = settled_counters(base)
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     row = {"method": method, "load": load, "rate": rate, "max_concurrency": concurrency,
            "repeat": repeat, "result_file": f"{name}.json",
