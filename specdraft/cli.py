@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "report": ("specdraft.report", "regenerate the tables in BENCHMARKS.md and README.md from the committed results"),
     "replay": ("specdraft.replay", "exact acceptance of every drafting method on recorded traces"),
     "served": ("specdraft.served", "vLLM's OpenAI server under open-loop load, driven by `vllm bench serve`"),
+    "soak": ("specdraft.soak", "one vLLM server with specdraft for minutes under load with faults: memory, cache, exit, greedy identity"),
     "workloads": ("specdraft.workloads", "list, show and write the seeded benchmark workloads"),
 }
 
