@@ -394,8 +394,10 @@ class Soak:
 
         a = self.args
         timeout = aiohttp.ClientTimeout(total=a.request_timeout)
-        async with aiohttp.ClientSession(timeout=timeout,
-                                         connector=aiohttp.TCPConnector(limit=0)) as session:
+        # a connection a request (force_close): a kept-alive one the server just closed fails
+        # the next request's write, a client artefact the soak would count as an error
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             if a.rate is None:
                 probe = await self.probe_rate(session)
                 a.rate = round(a.rate_fraction * probe["requests_per_s"], 3)
@@ -455,7 +457,18 @@ class Soak:
                 await asyncio.sleep(1)
             await asyncio.sleep(2)
             await self.sample(session)
-            self.event("settled")
+            self.event("settled", live=self.samples[-1]["live"])
+            # evidence, not a condition: one short request more, then the live count again (end
+            # notices that wait for a next step are applied by it)
+            body = self.body({"prompt": self.greedy_indices[0]}, False)
+            body["max_tokens"] = 2
+            async with session.post(f"{self.base}/v1/completions", json=body) as r:
+                await r.read()
+            await asyncio.sleep(3)
+            m = await self.metrics(session)
+            self.event("after_one_more_request", live=m.get("live"),
+                       started=m.get("requests_started"), finished=m.get("requests_finished"),
+                       aborted=m.get("requests_aborted"))
 
 
 async def greedy_reference(soak: Soak, base: str) -> dict[int, list[int] | None]:
@@ -471,6 +484,18 @@ async def greedy_reference(soak: Soak, base: str) -> dict[int, list[int] | None]
                 soak.event("greedy_reference_error", prompt=i, error=repr(e)[:500])
                 out[i] = None
     return out
+
+
+def fitting(prompts: list[dict], model_dir: str, max_model_len: int,
+            max_output_tokens: int) -> tuple[list[dict], int]:
+    """The prompts whose tokens plus their output fit ``max_model_len`` (the others would be
+    refused, a 400 the soak means only for its bad requests), and how many were dropped."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    keep = [p for p in prompts if len(tok(p["prompt"])["input_ids"])
+            + min(int(p["output_tokens"]), max_output_tokens) <= max_model_len]
+    return keep, len(prompts) - len(keep)
 
 
 def server_process(port: int):
@@ -614,6 +639,9 @@ def main(argv=None) -> int:
         prompts_path = out_dir / "prompts.jsonl"
         write_prompts(trace, model_dir, prompts_path, None, args.max_output_tokens)
     prompts = [json.loads(line) for line in prompts_path.open() if line.strip()]
+    prompts, dropped = fitting(prompts, model_dir, args.max_model_len, args.max_output_tokens)
+    if not prompts:
+        raise UserError(f"no prompt of {prompts_path} fits --max-model-len {args.max_model_len}")
     options = json.loads(args.specdraft_options)
     budget = options.get("global_cache_tokens", 1_000_000)
     step = max(1, len(prompts) // args.greedy_sample)
@@ -647,7 +675,8 @@ def main(argv=None) -> int:
                             for i in answered if i not in identical]}
     result = {"command": ["specdraft", "soak", *(argv if argv is not None else sys.argv[1:])],
               "model": args.model, "model_dir": model_dir, "trace": args.trace,
-              "prompts": str(prompts_path), "num_prompts": len(prompts), "dtype": args.dtype,
+              "prompts": str(prompts_path), "num_prompts": len(prompts),
+              "prompts_dropped_too_long": dropped, "dtype": args.dtype,
               "k": args.k, "specdraft_options": options, "cache_budget_tokens": budget,
               "max_model_len": args.max_model_len, "max_num_seqs": args.max_num_seqs,
               "kv_gib": args.kv_gib, "max_output_tokens": args.max_output_tokens,
