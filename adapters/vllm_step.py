@@ -2,14 +2,13 @@
 
 ``VllmStep`` collects what the runner hooks report between two ``propose`` calls (requests that
 ended, the start of the step) and turns each ``propose`` call into the drafter's step arguments:
-flat arrays read straight from vLLM's batch (its ``token_ids_cpu`` buffer is handed over as is),
-then the drafter's flat answer back into vLLM's ``list[list[int]]`` in the runner's row order.
-With the native core, ``propose_native`` hands vLLM's arguments over as they are to one native
-call (proposers/native/engine_step.h) that does all of that; ``propose`` is its plain-Python twin
-(tests/test_engine_step_twin.py), used without the native core.
-Every fact that depends on the vLLM version comes from the version adapter module it is given
-(``specdraft.adapters.vllm_adapter()``): the ``propose`` signature, how request identity and
-accepted counts are read from the runner, the per-row cap rule.
+flat arrays read straight from vLLM's batch by the adapter's ``StepView.step_rows`` (its
+``token_ids_cpu`` buffer is handed over as is), then the drafter's flat answer back into vLLM's
+``list[list[int]]`` in the runner's row order. Every fact that depends on the vLLM version comes
+from the version adapter module it is given (``specdraft.adapters.vllm_adapter()``): the
+``propose`` signature, how request identity and accepted counts are read from the runner, the
+per-row cap rule. The rules every vLLM adapter shares (what ends a request in a step, a
+failure, the verified-draft counts) are here.
 """
 
 from __future__ import annotations
@@ -73,6 +72,16 @@ def ends_in_step_rows(num_output: np.ndarray, num_tokens: np.ndarray, max_tokens
     return done
 
 
+def verified_counts(num_accepted: np.ndarray, num_drafted: np.ndarray) -> tuple[int, int, int]:
+    """(drafts, draft tokens, accepted tokens) that vLLM verified over rows of steps, counted as
+    its scheduler counts ``vllm:spec_decode_*`` (``Scheduler.update_from_output``): a row counts
+    when it was scheduled with a draft and emitted tokens, which is where ``accepted_counts``
+    is >= 0."""
+    verified = num_accepted >= 0
+    return (int(np.count_nonzero(verified)), int(num_drafted[verified].sum()),
+            int(num_accepted[verified].sum()))
+
+
 def record_failure(owner: Any, error: Exception, what: str) -> None:
     """A failing step never reaches the engine: the step goes on without drafts, the failure is
     counted (``specdraft:errors_total``) and logged once with its traceback, and the drafter's
@@ -94,16 +103,46 @@ def record_failure(owner: Any, error: Exception, what: str) -> None:
         pass
 
 
-class _Speculates(dict):
-    """req_id -> whether the request speculates, decided once per request (per-request opt-out)."""
+class RequestRules:
+    """Each request's ``RequestRule`` (speculates, max_tokens, stop ids), asked of the adapter's
+    view once per request and read by the step as columns."""
 
     def __init__(self):
-        super().__init__()
-        self.view: Any = None
+        self._speculates: dict = {}
+        self._max_tokens: dict = {}
+        self._stops: dict = {}
+        self.stop_set: set = set()  # every stop id the requests held have had (a prefilter)
+        self.stop_width = 0         # the most stop ids a request has
 
-    def __missing__(self, req_id):
-        value = self[req_id] = self.view.request_speculates(req_id)
-        return value
+    def columns(self, req_ids: Sequence, view: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(speculates, max_tokens) of these requests, as arrays."""
+        speculates = list(map(self._speculates.get, req_ids))
+        if None in speculates:  # requests seen for the first time
+            for req_id, known in zip(req_ids, speculates):
+                if known is None:
+                    self._add(req_id, view.request_rule(req_id))
+            speculates = list(map(self._speculates.__getitem__, req_ids))
+        return (np.array(speculates, dtype=bool),
+                np.array(list(map(self._max_tokens.__getitem__, req_ids)), dtype=np.int64))
+
+    def stops(self, req_id) -> tuple:
+        return self._stops[req_id]
+
+    def _add(self, req_id, rule: Any) -> None:
+        self._speculates[req_id] = bool(rule.speculates)
+        self._max_tokens[req_id] = rule.max_tokens
+        self._stops[req_id] = rule.stops
+        if rule.stops:
+            self.stop_width = max(self.stop_width, len(rule.stops))
+            self.stop_set.update(rule.stops)
+
+    def pop(self, req_id) -> None:
+        self._speculates.pop(req_id, None)
+        self._max_tokens.pop(req_id, None)
+        self._stops.pop(req_id, None)
+
+    def clear(self) -> None:
+        self.__init__()
 
 
 class VllmStep:
@@ -118,35 +157,16 @@ class VllmStep:
         self.finished: list[str] = []
         self.aborted: list[str] = []
         self.step_started: tuple[int, float] | None = None
-        self.speculates = _Speculates()
+        self.rules = RequestRules()
         self.steps = 0
         # the latest passes in order, (rows, tokens scored, seconds): what the controller was
         # told, and what the engine's verification actually costs by batch and tokens (read by
         # benchmarks, between steps; a step only appends)
         self.pass_log: deque = deque(maxlen=PASS_LOG)
-        self._use_native = True
-        self.engine: Any = None
-        # A tracked step goes through the native engine step, which also counts the drafts vLLM
-        # verified (the plugin's ``propose`` and its verified-draft hook read this every step:
-        # an attribute, kept current by set_drafter and use_native)
-        self.native = False
         self.set_drafter(drafter)
 
     def set_drafter(self, drafter: Any) -> None:
         self.drafter = drafter
-        native = getattr(drafter, "native_engine_step", None)
-        self.engine = native() if native is not None else None
-        self.native = self.engine is not None and self._use_native
-
-    @property
-    def use_native(self) -> bool:
-        """False: the plain-Python path even with the native core."""
-        return self._use_native
-
-    @use_native.setter
-    def use_native(self, on: bool) -> None:
-        self._use_native = bool(on)
-        self.native = self.engine is not None and self._use_native
 
     # -- runner hooks ------------------------------------------------------------------------------
     def step_begin(self, finished: Any, num_scheduled_tokens: int, started_at: float,
@@ -155,32 +175,11 @@ class VllmStep:
         that ended no request and started none go to ``step_started`` instead."""
         for req_id, aborted in finished:
             (self.aborted if aborted else self.finished).append(req_id)
-            self.speculates.pop(req_id, None)
+            self.rules.pop(req_id)
         for req_id, scope in scopes:  # before its first row: it starts in its scope
             if not self.drafter.has(req_id):
                 self.drafter.set_scope(req_id, scope)
         self.step_started = (num_scheduled_tokens, started_at)
-
-    def propose_native(self, args: tuple, kwargs: dict) -> list[list[int]]:
-        """vLLM's propose call (inside the runner hook) as one native engine step."""
-        self.steps += 1
-        finished, aborted = self.finished, self.aborted
-        if finished or aborted:
-            self.finished, self.aborted = [], []
-        if self.steps % RETAIN_EVERY == 0:
-            live = self.view.live_req_ids()
-            aborted = aborted + [r for r in self.drafter.req_ids() if r not in live]
-        started = self.step_started
-        if started is None:
-            scored, seconds = -1, 0.0
-        else:
-            self.step_started = None
-            scored, seconds = started[0], time.perf_counter() - started[1]
-            self.pass_log.append((len(args[0]) if args else len(kwargs["sampled_token_ids"]),
-                                  scored, seconds))  # count_pass, inline
-        engine, core = self.engine
-        return self.view.engine_step(engine, core, args, kwargs, self.num_speculative_tokens,
-                                     self.max_model_len, finished, aborted, scored, seconds)
 
     def count_pass(self, rows: int, tokens: int, seconds: float) -> None:
         self.pass_log.append((rows, tokens, seconds))
@@ -225,24 +224,25 @@ class VllmStep:
         """After a failure: the drafter's state is rebuilt from the engine's history."""
         self.finished.clear()
         self.aborted.clear()
-        self.speculates.clear()
+        self.rules.clear()
 
     # -- the step ----------------------------------------------------------------------------------
-    def rows(self, sampled_token_ids, num_tokens_no_spec):
+    def rows(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu):
         """The adapter's view of this step; None for stateless rows (no request ids)."""
         view = self.view
         if view is None:
             return None
-        self.speculates.view = view
-        return view.step_rows(sampled_token_ids, num_tokens_no_spec, self.num_speculative_tokens,
-                              self.max_model_len, self.speculates)
+        return view.step_rows(sampled_token_ids, num_tokens_no_spec, token_ids_cpu,
+                              self.num_speculative_tokens, self.max_model_len, self.rules)
 
-    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu) -> tuple[list[list[int]], Any, bool]:
-        """(drafts for vLLM, the drafter's StepDrafts, tracked) for one propose call."""
+    def propose(self, sampled_token_ids, num_tokens_no_spec,
+                token_ids_cpu) -> tuple[list[list[int]], Any, Any]:
+        """(drafts for vLLM, the drafter's StepDrafts, the step's StepRows) for one propose
+        call; the rows' ``num_drafted`` is None for stateless rows (no request ids)."""
         self.steps += 1
         tracked = self.view is not None
         if tracked:
-            step = self.rows(sampled_token_ids, num_tokens_no_spec)
+            step = self.rows(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
             if self.step_started is not None:
                 num_tokens, started_at = self.step_started
                 self.step_started = None
@@ -268,7 +268,7 @@ class VllmStep:
                 self.drafter.step([], token_ids_cpu, [], [], [], aborted=step.req_ids)
         # into the global cache now; vLLM's finish notice will find them gone
         self._finish(step.ended)
-        return self.engine_drafts(out, step), out, tracked
+        return self.engine_drafts(out, step), out, step
 
     def engine_drafts(self, out: Any, step: Any) -> list[list[int]]:
         """The drafter's answer as vLLM takes it, after checks that keep a bad draft away from

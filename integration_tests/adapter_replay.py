@@ -14,7 +14,7 @@ adapters see the same steps as long as they draft the same tokens.
 
 Run as ``python adapter_replay.py {0.32,0.34} OUT.json TRACE... [--options JSON]...``: it writes
 every step's drafts. The 0.32 side runs in the installed vLLM 0.32 (the proposer is driven through its
-runner hooks with stand-ins for the runner and scheduler output, as tests/test_engine_step_twin.py
+runner hooks with stand-ins for the runner and scheduler output, as tests/test_vllm_step.py
 does). The 0.34 side needs vLLM 0.34's Python files first on ``PYTHONPATH``
 (``.cache/vllm-0.34.0``, scripts/setup.sh): its ``RequestState``, ``InputBatch`` and
 ``InputBuffers`` are vLLM's own, built on CPU tensors as the CPU runner builds them. Two vLLM

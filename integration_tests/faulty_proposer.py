@@ -20,14 +20,21 @@ class _Wrapped:
 
 
 class FaultyDrafter(_Wrapped):
-    """Wraps a real drafter's step: raises, over-drafts and proposes impossible tokens now and
-    then (the plain-Python step path); its native engine step is wrapped by FaultyEngine."""
+    """Wraps a real drafter's step: raises, over-drafts, proposes impossible tokens, and is
+    handed vLLM's token buffer with an id outside the vocabulary among a row's new tokens, now
+    and then."""
 
-    def step(self, req_ids, *args, **kwargs):
+    def step(self, req_ids, token_ids, num_tokens, *args, **kwargs):
         self.calls += 1
         if self.calls % 7 == 0:
             raise RuntimeError("injected failure in step")
-        out = self.inner.step(req_ids, *args, **kwargs)
+        if self.calls % 13 == 0 and len(req_ids) and np.ndim(token_ids) == 2:
+            # must be refused, never drafted from (the failure costs the step its drafts)
+            rows = kwargs.get("rows")
+            row = int(rows[0]) if rows is not None else 0
+            token_ids = np.array(token_ids, copy=True)
+            token_ids[row, int(num_tokens[0]) - 1] = self.vocab_size + 5
+        out = self.inner.step(req_ids, token_ids, num_tokens, *args, **kwargs)
         if not len(req_ids):
             return out
         from specdraft.proposers.drafter import StepDrafts
@@ -40,32 +47,9 @@ class FaultyDrafter(_Wrapped):
             return StepDrafts(np.full(len(req_ids), self.vocab_size + 5, dtype=np.int32), lengths)
         return out
 
-    def native_engine_step(self):
-        engine, core = self.inner.native_engine_step()
-        return FaultyEngine(engine, self.vocab_size), core
-
-
-class FaultyEngine(_Wrapped):
-    """Wraps the drafter's native engine step: raises now and then, and now and then is handed
-    vLLM's token buffer with an id outside the vocabulary among a row's new tokens."""
-
-    def step(self, core, req_ids, new_tokens, num_tokens, token_buffer, *args):
-        self.calls += 1
-        if self.calls % 7 == 0:
-            raise RuntimeError("injected failure in the engine step")
-        rows = [j for j, t in enumerate(new_tokens) if t]
-        if self.calls % 11 == 0 and rows:  # must be refused, never drafted from
-            token_buffer = np.array(token_buffer, copy=True)
-            token_buffer[rows[0], int(num_tokens[rows[0]]) - 1] = self.vocab_size + 5
-        return self.inner.step(core, req_ids, new_tokens, num_tokens, token_buffer, *args)
-
 
 class FaultySuffixProposer(SuffixProposer):
-    """Alternates between the native engine step and its plain-Python twin, each faulty."""
+    """A suffix proposer over a faulty drafter."""
 
     def build_drafter(self, options, vllm_config):
         return FaultyDrafter(super().build_drafter(options, vllm_config), self.vocab_size)
-
-    def propose(self, *args, **kwargs):
-        self.steps.use_native = not self.steps.use_native
-        return super().propose(*args, **kwargs)

@@ -11,11 +11,10 @@ controller picks lengths below it. Options go under the ``"specdraft"`` key (a d
 of a JSON file holding one); specdraft's vLLM plugin takes them out before vLLM checks the config.
 
 vLLM calls ``propose`` with batch rows only. The plugin's hooks (specdraft.adapters) bind the
-runner's request identity to each call; the adapter hands vLLM's arrays over as they are (request
-ids, sampled tokens, vLLM's token buffer, the drafts verified this step, finished and aborted
-requests) to one native call (proposers/native/engine_step.h) that syncs, drafts and sizes the
-whole batch and returns vLLM's ``list[list[int]]``; without the native core (or with the shared
-cache) its plain-Python twin builds the same call as one ``SpecDrafter.step``. Without the
+runner's request identity to each call; the adapter reads vLLM's arrays as flat arrays (request
+ids, tokens emitted, vLLM's token buffer as is, the drafts verified this step, budgets, the
+requests this step ended) and the whole batch is one ``SpecDrafter.step``, the step every engine
+adapter calls; its answer goes back as vLLM's ``list[list[int]]``. Without the
 hooks the proposer drafts each row from its tokens alone. This module holds no vLLM-version
 fact: those are in specdraft.adapters. A proposer failure never reaches vLLM: the step goes on without drafts,
 the failure is counted (``specdraft:errors_total``) and logged once.
@@ -34,7 +33,7 @@ import numpy as np
 
 from specdraft.adapters import vllm_adapter
 from specdraft.adapters.vllm_hooks import RunnerHooks
-from specdraft.adapters.vllm_step import VllmStep, record_failure
+from specdraft.adapters.vllm_step import VllmStep, record_failure, verified_counts
 from specdraft.plugins.vllm_metrics import SnapshotWriter, read_snapshot, wait_for_snapshot
 
 __all__ = ["SpecdraftProposer", "LookupProposer", "SuffixProposer", "TreeProposer",
@@ -142,6 +141,7 @@ class SpecdraftProposer:
                         "proposed_draft_tokens": 0, "errors": 0}
         self._length_counts = np.zeros(self.num_speculative_tokens + 1, dtype=np.int64)
         self._lengths: list[np.ndarray] = []  # draft lengths of recent steps, not yet counted
+        self._verified: list[tuple] = []  # (accepted, drafted) of recent steps, not yet counted
         self._drafter_counters: dict = {}
         self._drafter_counters_at = 0.0
         self.tracked = False
@@ -185,14 +185,9 @@ class SpecdraftProposer:
         """vLLM's call, whatever its version passes (the adapter reads the arguments)."""
         start = time.perf_counter()
         try:
-            steps = self.steps
-            if steps.view is not None and steps.native:
-                drafts = steps.propose_native(args, kwargs)  # one native call
-                self.tracked = True
-            else:
-                sampled, num_tokens_no_spec, token_ids_cpu = self.adapter.propose_arguments(
-                    args, kwargs)
-                drafts = self._propose(sampled, num_tokens_no_spec, token_ids_cpu)
+            sampled, num_tokens_no_spec, token_ids_cpu = self.adapter.propose_arguments(
+                args, kwargs)
+            drafts = self._propose(sampled, num_tokens_no_spec, token_ids_cpu)
         except Exception as e:  # noqa: BLE001 - a proposer failure must not reach the engine
             self._failed(e)
             rows = args[0] if args else kwargs.get("sampled_token_ids", ())
@@ -220,30 +215,14 @@ class SpecdraftProposer:
         self.steps.set_drafter(self.drafter)
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
 
-    def _bind(self, runner: Any, scheduler_output: Any,
-              sampled_token_ids: list[list[int]] | None) -> None:
+    def _bind(self, runner: Any, scheduler_output: Any, sampled_token_ids: Any) -> None:
         """The runner hooks' ``bind``: the step's view for ``propose`` (one ``StepView``, pointed
-        at this step's runner and scheduler output; None after it), and the drafts vLLM
-        verified in this step, counted as vLLM's spec_decode counters count them. The native
-        engine step counts them itself as it reads the rows (``_count_lengths`` takes its
-        counts); only draft tokens the engine marked invalid are taken off here. The hooks'
-        ``unbind`` drops the view after ``propose``."""
-        steps = self.steps
+        at this step's runner and scheduler output; None after it: the hooks' ``unbind``). The
+        drafts vLLM verified in this step are counted by the step itself (``_propose``)."""
         view = self._view
         view.runner = runner
         view.scheduler_output = scheduler_output
-        steps.view = view
-        if sampled_token_ids is None:
-            return
-        if steps.native:
-            invalid = view.invalid_draft_tokens(sampled_token_ids)
-            if invalid:
-                self.counters["draft_tokens"] -= invalid
-            return
-        drafts, draft_tokens, accepted_tokens = view.verified(sampled_token_ids)
-        self.counters["drafts"] += drafts
-        self.counters["draft_tokens"] += draft_tokens
-        self.counters["accepted_tokens"] += accepted_tokens
+        self.steps.view = view
 
     def worker_metrics(self) -> dict:
         """The drafter's ``metrics()``, the time spent in ``propose`` and its calls, and the
@@ -268,14 +247,19 @@ class SpecdraftProposer:
             why = f" ({self.hook_problem})" if self.hook_problem else ""
             self.log.warning("specdraft: vLLM called propose outside specdraft's runner hook%s; "
                              "drafting statelessly", why)
-        drafts, out, tracked = self.steps.propose(sampled_token_ids, num_tokens_no_spec,
-                                                  token_ids_cpu)
+        drafts, out, step = self.steps.propose(sampled_token_ids, num_tokens_no_spec,
+                                               token_ids_cpu)
+        tracked = step.num_drafted is not None
         self.tracked = self.tracked or tracked
-        # what the proposer handed over; drafts/draft_tokens/accepted_tokens count what vLLM
-        # verified (_bind), as vLLM's spec_decode counters do
+        # proposed_*: what the proposer handed over; drafts/draft_tokens/accepted_tokens: what
+        # vLLM verified in this step, as its spec_decode counters count it (verified_counts)
         with self._counters_lock:
             self.counters["proposed_draft_tokens"] += out.tokens.shape[0]
             self._lengths.append(out.lengths)  # counted in bulk (_count_lengths)
+            if tracked:
+                self._verified.append((step.num_accepted, step.num_drafted))
+                if step.invalid_tokens:
+                    self.counters["draft_tokens"] -= step.invalid_tokens
             if len(self._lengths) >= 256:
                 self._count_lengths()
         return drafts
@@ -285,19 +269,15 @@ class SpecdraftProposer:
             self._count_lengths_locked()
 
     def _count_lengths_locked(self) -> None:
-        if self.steps.engine is not None:  # what the native engine step counted
-            rows, drafts, tokens, counts, verified, verified_tokens, accepted = (
-                self.steps.engine[0].take_engine_counters())
+        if self._verified:
+            accepted, drafted = zip(*self._verified)
+            self._verified = []
+            drafts, tokens, accepted_tokens = verified_counts(np.concatenate(accepted),
+                                                              np.concatenate(drafted))
             f = self.counters
-            f["rows"] += rows
-            f["proposed_drafts"] += drafts
-            f["proposed_draft_tokens"] += tokens
-            f["drafts"] += verified
-            f["draft_tokens"] += verified_tokens
-            f["accepted_tokens"] += accepted
-            n = min(len(counts), self._length_counts.size)
-            if n:
-                self._length_counts[:n] += np.asarray(counts[:n], dtype=np.int64)
+            f["drafts"] += drafts
+            f["draft_tokens"] += tokens
+            f["accepted_tokens"] += accepted_tokens
         if not self._lengths:
             return
         lengths = np.concatenate(self._lengths)

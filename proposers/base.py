@@ -30,12 +30,12 @@ def accepted_count(num_emitted: int, num_drafted: int) -> int:
     """Draft tokens the target accepted in a verification pass that emitted ``num_emitted``
     tokens for a request it had ``num_drafted`` draft tokens of: every emitted token but the last
     (the target's own: bonus or correction) was an accepted draft token. -1 (unknown: nothing to
-    learn) when nothing was drafted. The native step (``native/engine_step.h``) is its twin."""
+    learn) when nothing was drafted. ``accepted_counts`` is the same rule over rows."""
     return max(0, min(num_drafted, num_emitted - 1)) if num_drafted > 0 else -1
 
 
 def accepted_counts(num_emitted, num_drafted):
-    """``accepted_count`` over rows (numpy arrays): the vLLM 0.34 speculator's step."""
+    """``accepted_count`` over rows (numpy arrays): what the vLLM adapters' steps use."""
     import numpy as np
 
     return np.where(num_drafted > 0, np.maximum(np.minimum(num_drafted, num_emitted - 1), 0), -1)

@@ -162,12 +162,6 @@ def _rows_to_lists(tokens: np.ndarray, lengths: np.ndarray) -> list[list[int]]:
     return rows_to_lists(tokens, lengths)
 
 
-def _native_engine_step(handles: dict, vocab_size: int, tree: bool):
-    from specdraft.proposers._suffix_native import EngineStep
-
-    return EngineStep(handles, vocab_size, tree)
-
-
 def _row_array(values, n: int, name: str, default: int | None = None) -> np.ndarray:
     if values is None:
         if default is None:
@@ -202,10 +196,6 @@ class SpecDrafter:
             self.controller.scope_of = self.core.scope_of  # keys are the core's handles
         self._tree = cfg.strategy == "tree"
         self._handles: dict[object, int] = {}
-        # The engine step from the engine's own arrays (native core only): it shares the
-        # request id -> handle map and the handle counter, and counts into _counters when read.
-        self._engine = (_native_engine_step(self._handles, vocab_size or 0, self._tree)
-                        if self._native_step else None)
         self._next = 0
         self._added = 0  # the last handle add_to_global_cache used (they count down from -1)
         self._counters = DrafterCounters()
@@ -214,23 +204,6 @@ class SpecDrafter:
             self.load_corpus(read_corpus(path, tokenizer), scopes)
 
     # ------------------------------------------------------------- lifecycle
-    @property
-    def _next_handle(self) -> int:
-        return self._engine.next_handle if self._engine is not None else self._next
-
-    @_next_handle.setter
-    def _next_handle(self, value: int) -> None:
-        if self._engine is not None:
-            self._engine.next_handle = value
-        else:
-            self._next = value
-
-    def native_engine_step(self):
-        """(EngineStep, core) for an adapter that hands the engine's arrays over as they are
-        (proposers/native/engine_step.h), or None without the native core. Its ``step`` runs
-        without this drafter's lock: the engine calls it from the one thread that steps."""
-        return None if self._engine is None else (self._engine, self.core)
-
     def _handle(self, req_id) -> int:
         h = self._handles.get(req_id)
         if h is None:
@@ -257,8 +230,8 @@ class SpecDrafter:
             if h is None:
                 if scope is None:
                     return
-                h = self._handles[req_id] = self._next_handle
-                self._next_handle += 1
+                h = self._handles[req_id] = self._next
+                self._next += 1
             elif self.core.has(h):
                 raise KeyError(f"request id {req_id!r} already started: its scope is fixed")
             self.core.set_scope(h, scope)
@@ -277,8 +250,8 @@ class SpecDrafter:
                 raise KeyError(f"request id {req_id!r} already started")
             t0 = time.perf_counter()
             if h is None:
-                h = self._next_handle
-                self._next_handle += 1
+                h = self._next
+                self._next += 1
             if scope is not None:
                 self.core.set_scope(h, scope)
             self.core.start(h, toks)
@@ -336,11 +309,9 @@ class SpecDrafter:
             self._counters.aborted += 1
 
     def _forget(self, h: int) -> None:
-        """Drop a request's controller and engine-step state (its index state is already gone)."""
+        """Drop a request's controller state (its index state is already gone)."""
         if self.controller is not None:
             self.controller.forget(h)
-        if self._engine is not None:
-            self._engine.forget(h)
 
     def load_corpus(self, sequences: Iterable[Sequence[int]], scopes=None) -> None:
         """Pin sequences in the global caches of ``scopes`` (None: every scope; a list may name
@@ -503,8 +474,8 @@ class SpecDrafter:
                     r = req_ids[j]
                     h = self._handles.get(r)
                     if h is None:
-                        h = self._handles[r] = self._next_handle
-                        self._next_handle += 1
+                        h = self._handles[r] = self._next
+                        self._next += 1
                     hs[j] = h
         return hs
 
@@ -650,8 +621,6 @@ class SpecDrafter:
                     self.controller.forget(h)
                 self._counters.aborted += 1
             self._handles.clear()
-            if self._engine is not None:
-                self._engine.clear()
             for r, scope in scopes.items():
                 self.set_scope(r, scope)
 
@@ -673,19 +642,10 @@ class SpecDrafter:
     # ------------------------------------------------------------ accounting
     @property
     def counters(self) -> DrafterCounters:
-        if self._engine is not None:
-            with self._lock:
-                self._take_drafter_counters()
         return self._counters
-
-    def _take_drafter_counters(self) -> None:
-        *counts, seconds = self._engine.take_drafter_counters()
-        self._counters.add_step_counts(counts, seconds)
 
     def metrics(self) -> dict:
         with self._lock:
-            if self._engine is not None:
-                self._take_drafter_counters()
             s = self._counters
             m = s.as_dict()
             m["live_requests"] = len(self._handles)

@@ -352,7 +352,7 @@ class SharedCacheDrafter:
 
     Every call goes to the drafter it wraps, whose core exports each request that finishes
     normally (``SpecDrafter.export_finished``: its scope and the tokens it caches), including
-    those the native engine step finishes, so vLLM keeps that step. The client's background
+    those ``SpecDrafter.step`` finishes. The client's background
     thread drains that export into the store and adds pulled sequences to the global cache
     (``SpecDrafter.add_to_global_cache``, safe beside the engine step).
     """
@@ -369,10 +369,6 @@ class SharedCacheDrafter:
         if name in ("drafter", "client"):  # not set yet: __init__ failed
             raise AttributeError(name)
         return getattr(self.drafter, name)
-
-    def native_engine_step(self):
-        """The wrapped drafter's: finished requests are exported by its core."""
-        return self.drafter.native_engine_step()
 
     def metrics(self) -> dict:
         m = self.drafter.metrics()

@@ -531,8 +531,8 @@ def test_token_inputs_numpy_and_tuples():
 
 
 def test_integer_arrays_name_their_argument():
-    """Per-row integers: lists, tuples or 1-D integer arrays of any width (read in place); the
-    engine step takes 1-D integer arrays only. A wrong one is named in the error."""
+    """Per-row integers: lists, tuples or 1-D integer arrays of any width (read in place). A
+    wrong one is named in the error."""
     np = pytest.importorskip("numpy")
     buf = np.zeros((2, 4), dtype=np.int32)
     for num_tokens in ([2, 2], (2, 2), np.array([2, 2], dtype=np.uint8), np.array([2, 2, 2], np.int64)[::2]):
@@ -540,39 +540,6 @@ def test_integer_arrays_name_their_argument():
         assert counts[0] == 2
     with pytest.raises(ValueError, match=r"num_prompt_tokens must have one entry per row \(2\), got 3"):
         native.SuffixCore(max_depth=4).step([0, 1], buf, [2, 2], np.array([1, 1, 1]), 0)
-    core = native.SuffixCore(max_depth=4)
-    step = native.EngineStep({}, 0)
-    args = dict(verified=None, budget=2, max_len=100, end_len=100, describe=None, finished=None, aborted=None)
-    with pytest.raises(ValueError, match="num_tokens must be a 1-D integer array"):
-        step.step(core, ["a"], [[1]], [2], buf, np.array([1]), **args)
-    with pytest.raises(ValueError, match="num_prompt_tokens must be a 1-D integer array"):
-        step.step(core, ["a"], [[1]], np.array([2]), buf, np.array([1.0]), **args)
-    assert step.step(core, ["a"], [[1]], np.array([2], np.uint16), buf, np.array([1], np.int64), **args) == [[0]]
-
-
-def test_the_engine_step_call_names_a_wrong_argument():
-    """EngineStep.step is bound without pybind11's dispatch (a vectorcall method, one call per
-    engine step): positional or keyword arguments as before, and a wrong call names what is
-    wrong, as Python's own functions do."""
-    np = pytest.importorskip("numpy")
-    buf = np.zeros((2, 4), dtype=np.int32)
-    core, step = native.SuffixCore(max_depth=4), native.EngineStep({}, 0)
-    rows = (["a"], [[1]], np.array([2]), buf, np.array([1]))
-    tail = (None, 2, 100, 100, None, None, None)
-    assert step.step(core, *rows, *tail) == [[0]]
-    assert step.step(core, *rows, *tail, 3, 0.5) == [[0]]
-    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'.*scored_seconds"):
-        step.step(core, *rows, *tail, bogus=1)
-    with pytest.raises(TypeError, match="missing required argument 'aborted'"):
-        step.step(core, *rows, *tail[:-1])
-    with pytest.raises(TypeError, match="multiple values for argument 'budget'"):
-        step.step(core, *rows, *tail, budget=3)
-    with pytest.raises(TypeError, match="at most 15 arguments, got 16"):
-        step.step(core, *rows, *tail, 3, 0.5, 7)
-    with pytest.raises(TypeError, match="core must be the drafter's native core, got NoneType"):
-        step.step(None, *rows, *tail)
-    with pytest.raises(TypeError):
-        step.step(core, *rows, None, "two", 100, 100, None, None, None)
 
 
 # ------------------------------------------------------------------------------ memory

@@ -60,18 +60,15 @@ def _replica(store: SharedCacheStore, origin: str, options: dict | None = None):
     return SharedCacheDrafter(drafter, opts, client)
 
 
-def test_the_native_engine_step_publishes_the_requests_it_finishes():
-    """With the shared cache on, vLLM keeps the native engine step (the wrapped drafter's), and
-    the requests it finishes (those its tokens ended, and those the engine reported) reach the
-    store and, through it, another replica's global cache in their scope."""
+def test_the_step_publishes_the_requests_it_finishes():
+    """With the shared cache on, the requests ``SpecDrafter.step`` finishes (those the engine
+    reported, and those finished in the step that ended them) reach the store and, through it,
+    another replica's global cache in their scope."""
     import numpy as np
 
     store = SharedCacheStore(10_000)
     a, b = _replica(store, "a"), _replica(store, "b")
     try:
-        pair = a.native_engine_step()
-        assert pair is not None and pair[1] is a.drafter.core
-        engine, core = pair
         prompts = {"r1": [1, 2, 3, 4, 5], "r2": [6, 7]}
         outputs = {"r1": [], "r2": []}
         a.set_scope("r1", "tenant")  # as the vLLM hooks do before a request's first row
@@ -84,15 +81,13 @@ def test_the_native_engine_step_publishes_the_requests_it_finishes():
             buf = np.zeros((max(1, len(ids)), 32), dtype=np.int32)
             for i, h in enumerate(hist):
                 buf[i, :len(h)] = h
-            rules = {"r1": (True, 3, ()), "r2": None}  # r1 ends after 3 output tokens
-            return engine.step(core, ids, [emitted[r] for r in ids],
-                               np.array([len(h) for h in hist], dtype=np.int32), buf,
-                               np.array([len(prompts[r]) for r in ids], dtype=np.int32), {}, 4,
-                               31, 32, rules.get, list(finished), [])
+            return a.step(ids, buf, [len(h) for h in hist], [len(prompts[r]) for r in ids], 4,
+                          finished=list(finished), max_len=31)
 
         step({"r1": [10], "r2": [20]})
         step({"r1": [11], "r2": [21]})
-        step({"r1": [12], "r2": [22]})  # r1's third output token ends it, inside the step
+        step({"r1": [12], "r2": [22]})
+        a.finish("r1")                  # r1's third output token ended it (the adapter's rule)
         assert not a.has("r1") and a.has("r2")
         step({}, finished=["r2"])       # the engine reports r2 finished
         assert a.client.flush(10) and b.client.flush(10)
@@ -101,7 +96,7 @@ def test_the_native_engine_step_publishes_the_requests_it_finishes():
             ("tenant", [10, 11, 12]), (None, [20, 21, 22])]
         assert a.metrics()["shared_cache_published_tokens"] == 6
         assert b.drafter.core.global_tokens() == 6
-        assert b.drafter._next_handle == 0  # pulled sequences drew no request handle
+        assert b.drafter._next == 0  # pulled sequences drew no request handle
         b.start("q", [10, 11], scope="tenant")
         assert b.draft("q", 4).token_ids[:1] == [12]
         b.extend("q", [12])
@@ -121,7 +116,6 @@ def test_requests_served_per_request_or_by_step_are_published_alike():
     store = SharedCacheStore(10_000)
     a = _replica(store, "a", {"native": False, "cache_prompts": True})
     try:
-        assert a.native_engine_step() is None
         a.start("x", [1, 2], scope="s")
         a.extend("x", [3, 4])
         a.finish("x")

@@ -192,33 +192,23 @@ class _ReqState:
     ([5, 9, 7], 2, {"stop_token_ids": [9]}, True),
     ([5] * 8, 1, {}, True),                                     # prompt 4 + 8 = max_model_len
 ])
-def test_stopped_in_step(output, num_sampled, params, stopped):
-    from specdraft.adapters.vllm_v0_32 import stopped_in_step
-
-    assert stopped_in_step(_ReqState([1, 1, 1, 1], output, **params), 12, num_sampled) is stopped
-
-
-def _output(n_tokens: int, **stamps):
+def test_a_request_this_step_ends_is_finished_in_the_step(output, num_sampled, params, stopped):
+    """The step's rows (StepView.step_rows) mark a request that this step's tokens end (the
+    scheduler will finish it) and give it no budget, beside a row that goes on."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(range(n_tokens)))],
-                           metrics=SimpleNamespace(**stamps) if stamps else None)
+    from specdraft.adapters.vllm_step import RequestRules
+    from specdraft.adapters.vllm_v0_32 import StepView
 
-
-def test_request_latencies_are_the_serving_benchmarks_ttft_and_tpot():
-    from specdraft.adapters.vllm_v0_32 import request_latencies
-
-    outs = [_output(5, first_token_ts=10.0, last_token_ts=10.8, first_token_latency=0.25),
-            _output(1, first_token_ts=10.0, last_token_ts=10.0, first_token_latency=0.5),
-            _output(3)]                                   # an engine that logs no stats
-    assert request_latencies(outs) == [(0.25, pytest.approx(0.2)), (0.5, None), (None, None)]
-
-
-def test_first_step_requests_counts_those_scheduled_with_the_first_stamp():
-    from specdraft.adapters.vllm_v0_32 import first_step_requests
-
-    stamped = [_output(2, scheduled_ts=t) for t in (5.0, 5.0, 5.1, 5.0)]
-    assert first_step_requests(stamped) == 3
-    assert first_step_requests(stamped[2:3]) == 1
-    assert first_step_requests([_output(2)]) is None       # no stamps: unknown, not guessed
-    assert first_step_requests([_output(2, scheduled_ts=0.0)]) is None
+    other = _ReqState([1, 1, 1, 1], [5, 6])
+    req = _ReqState([1, 1, 1, 1], output, **params)
+    buf = np.zeros((2, 12), dtype=np.int32)
+    buf[0, :6] = [1, 1, 1, 1, 5, 6]
+    buf[1, :req.num_tokens] = [1, 1, 1, 1] + output
+    batch = SimpleNamespace(req_ids=["other", "r"], num_prompt_tokens=np.array([4, 4]))
+    view = StepView(SimpleNamespace(input_batch=batch, requests={"other": other, "r": req}),
+                    SimpleNamespace(scheduled_spec_decode_tokens={}))
+    rows = view.step_rows([[6], output[-num_sampled:]], np.array([6, req.num_tokens]), buf, 4,
+                          12, RequestRules())
+    assert rows.ended == (["r"] if stopped else [])
+    assert rows.budgets.tolist() == [4, 0 if stopped else 4]

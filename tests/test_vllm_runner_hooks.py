@@ -16,10 +16,11 @@ from specdraft.adapters.vllm_hooks import RunnerHooks
 K, MAX_LEN, VOCAB = 4, 64, 40
 
 
-def _config():
+def _config(native: bool | str = "auto"):
     return SimpleNamespace(
         speculative_config=SimpleNamespace(num_speculative_tokens=K,
-                                           specdraft_options={"strategy": "suffix"}),
+                                           specdraft_options={"strategy": "suffix",
+                                                              "native": native}),
         model_config=SimpleNamespace(max_model_len=MAX_LEN, dtype=None,
                                      get_vocab_size=lambda: VOCAB))
 
@@ -81,14 +82,13 @@ def _step(runner, tokens, sampled, out):
     return runner.propose_draft_token_ids(out, sampled)
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["native-step", "python-step"])
+@pytest.mark.parametrize("native", [True, False], ids=["native-core", "python-core"])
 def test_the_wrappers_drive_a_specdraft_proposer(hooked, native):
     from specdraft.plugins.vllm import SuffixProposer
 
-    prop = SuffixProposer(_config())
+    prop = SuffixProposer(_config(native))
     assert prop.hook_problem is None and isinstance(prop.specdraft_hooks, RunnerHooks)
-    assert prop.steps.engine is not None  # the native core is built
-    prop.steps.use_native = native
+    assert prop.drafter.native is native
     runner = hooked(prop)
     hist = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
     assert _step(runner, hist[:4], [[8]], _out()) == [[]]      # first row: its start
@@ -96,7 +96,7 @@ def test_the_wrappers_drive_a_specdraft_proposer(hooked, native):
     drafts = _step(runner, hist[:8], [[5, 6, 7, 8]], _out(scheduled={"a": [5, 6, 7, 9]}))
     assert drafts == [[5, 6, 7, 8]]
     # the drafts vLLM verified this step, counted as vLLM's spec_decode counters count them
-    # (the native step counts them as it reads the rows; the counters as published)
+    # (the step counts them as it reads the rows; the counters as published)
     snap = prop._snapshot()
     assert (snap["drafts"], snap["draft_tokens"], snap["accepted_tokens"]) == (1, 4, 3)
     # draft tokens the scheduler marked invalid are not counted as drafted (vLLM's rule)
@@ -110,15 +110,14 @@ def test_the_wrappers_drive_a_specdraft_proposer(hooked, native):
     assert len(prop.steps.pass_log) == 4
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["native-step", "python-step"])
+@pytest.mark.parametrize("native", [True, False], ids=["native-core", "python-core"])
 def test_ends_reported_in_steps_without_propose_are_applied_when_metrics_are_read(hooked, native):
     """vLLM skips ``propose`` in some steps (near max_model_len, an empty batch): the finish it
     reported there reaches the drafter (and its global cache) when the worker's metrics are read."""
     from specdraft.adapters.vllm_v0_32 import worker as worker_module
     from specdraft.plugins.vllm import SuffixProposer
 
-    prop = SuffixProposer(_config())
-    prop.steps.use_native = native
+    prop = SuffixProposer(_config(native))
     runner = hooked(prop)
     _step(runner, [5, 6, 7, 8], [[8]], _out())
     _step(runner, [5, 6, 7, 8, 8], [[9]], _out())

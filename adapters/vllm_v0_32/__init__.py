@@ -97,6 +97,7 @@ from specdraft.adapters.vllm_v0_32.peers import (
 )
 from specdraft.adapters.vllm_v0_32.runner import (
     PROPOSE_PARAMS,
+    RequestRule,
     StepRows,
     StepView,
     _request_speculates,
@@ -107,7 +108,6 @@ from specdraft.adapters.vllm_v0_32.runner import (
     install_runner_hooks,
     propose_arguments,
     stateless_rows,
-    stopped_in_step,
 )
 from specdraft.adapters.vllm_v0_32.sampler import (
     LEAN_SAMPLER_ENV,
@@ -148,7 +148,7 @@ __all__ = [
     "install_config_hook", "install_request_check", "install_scope_transport",
     "set_request_scope", "request_scope",
     # runner
-    "StepView", "StepRows", "ended_normally", "stopped_in_step", "PROPOSE_PARAMS",
+    "StepView", "StepRows", "RequestRule", "ended_normally", "PROPOSE_PARAMS",
     "propose_arguments", "stateless_rows", "install_runner_hooks",
     "hooked_step_begin", "hooked_propose",
     # sampler

@@ -12,15 +12,16 @@ import dataclasses
 import functools
 import inspect
 import time
-from itertools import repeat
-from typing import Any, Callable, Sequence
+from itertools import chain, repeat
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from specdraft.adapters.vllm_hooks import HOOKS_ATTR
-from specdraft.adapters.vllm_step import ends_in_step, stop_token_ids as _stop_token_ids
+from specdraft.adapters.vllm_step import (NO_LIMIT, ends_in_step, ends_in_step_rows,
+                                          stop_token_ids as _stop_token_ids)
 from specdraft.adapters.vllm_v0_32.config import request_scope
-from specdraft.proposers.base import accepted_count
+from specdraft.proposers.base import accepted_counts
 
 
 def ended_normally(req_state: Any, max_model_len: int, lookback: int) -> bool:
@@ -36,23 +37,6 @@ def ended_normally(req_state: Any, max_model_len: int, lookback: int) -> bool:
     # With speculation, tokens accepted after a stop token stay in the runner's copy.
     return ends_in_step(len(out), req_state.num_tokens, getattr(sp, "max_tokens", None),
                         _stop_token_ids(sp), out[-lookback:], max_model_len)
-
-
-def stopped_in_step(req_state: Any, max_model_len: int, num_sampled: int) -> bool:
-    """Did the tokens sampled in this step end the request (the scheduler will finish it)?
-
-    Read in the step itself, so a request's history reaches the global cache without waiting
-    for the next step (``finished_req_ids`` arrives only then, if traffic goes on at all).
-    ``runner.requests[id].output_token_ids`` already holds this step's tokens at ``propose``.
-    Stop strings are found by the front end, which then aborts: those wait for the next step.
-    """
-    sp = getattr(req_state, "sampling_params", None)
-    out = getattr(req_state, "output_token_ids", None)
-    if sp is None or out is None or num_sampled <= 0:
-        return False
-    n = len(out)
-    return ends_in_step(n, req_state.num_tokens, getattr(sp, "max_tokens", None),
-                        _stop_token_ids(sp), out[n - num_sampled:], max_model_len)
 
 
 def _request_speculates(req_state: Any) -> bool:
@@ -75,109 +59,100 @@ class StepView:
         n = getattr(self.scheduler_output, "num_spec_tokens_to_schedule", None)
         return n if n and 0 < n < num_speculative_tokens else num_speculative_tokens
 
-    def verified(self, sampled_token_ids: list[list[int]]) -> tuple[int, int, int]:
-        """(drafts, draft tokens, accepted tokens) verified in this step, counted as the
-        scheduler counts ``vllm:spec_decode_*`` (``Scheduler.update_from_output``)."""
-        scheduled = self.scheduler_output.scheduled_spec_decode_tokens
-        if not scheduled:
-            return 0, 0, 0
-        invalid = getattr(self.scheduler_output, "num_invalid_spec_tokens", None) or {}
-        req_ids = self.runner.input_batch.req_ids
-        drafts = draft_tokens = accepted = 0
-        for i, sampled in enumerate(sampled_token_ids):
-            spec = scheduled.get(req_ids[i]) if sampled else None
-            if spec:
-                drafts += 1
-                draft_tokens += len(spec) - invalid.get(req_ids[i], 0)
-                accepted += accepted_count(len(sampled), len(spec))  # both non-empty here: >= 0
-        return drafts, draft_tokens, accepted
-
-    def invalid_draft_tokens(self, sampled_token_ids: list[list[int]]) -> int:
-        """Draft tokens of this step's verified drafts that the scheduler marked invalid (left
-        out of ``vllm:spec_decode_num_draft_tokens``); 0 in most steps."""
-        invalid = getattr(self.scheduler_output, "num_invalid_spec_tokens", None)
-        if not invalid:
-            return 0
-        scheduled = self.scheduler_output.scheduled_spec_decode_tokens
-        req_ids = self.runner.input_batch.req_ids
-        return sum(invalid.get(req_ids[i], 0) for i, sampled in enumerate(sampled_token_ids)
-                   if sampled and scheduled.get(req_ids[i]))
-
     def live_req_ids(self):
         return self.runner.requests.keys()
 
     def step_rows(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,
-                  num_speculative_tokens: int, max_model_len: int, speculates: Any) -> "StepRows":
-        """The batch as flat arrays, for ``SpecDrafter.step`` (no Python loop over rows that
-        decode; rows still in prefill emit nothing and are left out)."""
+                  token_ids_cpu: Any, num_speculative_tokens: int, max_model_len: int,
+                  rules: Any) -> "StepRows":
+        """The batch as flat arrays, for ``SpecDrafter.step``, without a Python loop over the
+        rows in the common case (rows still in prefill emit nothing and are left out).
+
+        0.32 facts it relies on: at ``propose`` the sampled tokens are already in
+        ``token_ids_cpu[i, :num_tokens_no_spec[i]]``, and ``num_tokens_no_spec[i]`` equals
+        ``requests[req_ids[i]].num_tokens`` (= ``num_prompt_tokens[i]`` + its output tokens).
+        ``rules`` holds each request's ``RequestRule`` (``request_rule``, asked once per
+        request: adapters/vllm_step.RequestRules)."""
         num_rows = len(sampled_token_ids)
         batch = self.runner.input_batch
         all_ids = batch.req_ids
         if len(all_ids) < num_rows:
             raise RuntimeError(
                 f"vLLM batch has {len(all_ids)} request ids for {num_rows} rows")
-        emitted = list(map(len, sampled_token_ids))
-        num_tokens = num_tokens_no_spec[:num_rows]
-        num_prompt = batch.num_prompt_tokens[:num_rows]
-        if 0 in emitted:  # some rows are still in prefill
-            rows = [i for i, e in enumerate(emitted) if e]
-            req_ids = [all_ids[i] for i in rows]
-            emitted = [emitted[i] for i in rows]
-            num_tokens, num_prompt = num_tokens[rows], num_prompt[rows]
-        else:
+        emitted = np.fromiter(map(len, sampled_token_ids), np.int64, num_rows)
+        num_tokens = np.asarray(num_tokens_no_spec[:num_rows], dtype=np.int64)
+        num_prompt = np.asarray(batch.num_prompt_tokens[:num_rows], dtype=np.int64)
+        if emitted.all():
             rows, req_ids = None, all_ids[:num_rows]
-        scheduled = self.scheduler_output.scheduled_spec_decode_tokens
-        num_drafted = map(len, map(scheduled.get, req_ids, repeat(())))
-        num_accepted = list(map(accepted_count, emitted, num_drafted))
-        budget = self.budget(num_speculative_tokens)
-        wanted = list(map(speculates.__getitem__, req_ids))
-        # requests this step's tokens ended: finished (into the global cache) in this step, not
-        # at the next one (finished_req_ids arrives only then, if traffic goes on at all)
-        requests = self.runner.requests
-        ended = [r for r, e in zip(req_ids, emitted)
-                 if stopped_in_step(requests.get(r), max_model_len, e)]
-        if ended:
-            gone = set(ended)
-            wanted = [w and r not in gone for w, r in zip(wanted, req_ids)]
-        budgets = budget if all(wanted) else [budget if w else 0 for w in wanted]
-        return StepRows(num_rows, rows, req_ids, num_tokens, num_prompt, budgets, num_accepted,
-                        emitted, max_model_len - 1, ended)
-
-    def request_speculates(self, req_id: str) -> bool:
-        req_state = self.runner.requests.get(req_id)
-        return req_state is None or _request_speculates(req_state)
-
-    def engine_step(self, engine: Any, core: Any, args: tuple, kwargs: dict,
-                    num_speculative_tokens: int, max_model_len: int, finished: list,
-                    aborted: list, scored_tokens: int, scored_seconds: float) -> list[list[int]]:
-        """The propose call handed to the native engine step (proposers/native/engine_step.h)
-        with vLLM's arrays as they are: the same rows, accepted counts, budgets and ended requests
-        as ``step_rows`` (its plain-Python twin), and vLLM's ``list[list[int]]`` back.
-
-        0.32 facts it relies on: at ``propose`` the sampled tokens are already in
-        ``token_ids_cpu[i, :num_tokens_no_spec[i]]``, and ``num_tokens_no_spec[i]`` equals
-        ``requests[req_ids[i]].num_tokens`` (= ``num_prompt_tokens[i]`` + its output tokens).
-        """
-        sampled, num_tokens_no_spec, token_ids_cpu = (
-            args if len(args) == 3 else propose_arguments(args, kwargs))  # 0.32: three by position
-        batch = self.runner.input_batch
+        else:  # some rows are still in prefill
+            rows = np.flatnonzero(emitted)
+            req_ids = [all_ids[i] for i in rows.tolist()]
+            emitted, num_tokens, num_prompt = emitted[rows], num_tokens[rows], num_prompt[rows]
+        n = len(req_ids)
         out = self.scheduler_output
-        return engine.step(core, batch.req_ids, sampled, num_tokens_no_spec, token_ids_cpu,
-                           batch.num_prompt_tokens, out.scheduled_spec_decode_tokens,
-                           self.budget(num_speculative_tokens),
-                           max_model_len - 1, max_model_len, self.request_rule, finished, aborted,
-                           scored_tokens, scored_seconds)
+        scheduled = out.scheduled_spec_decode_tokens
+        num_drafted = (np.fromiter(map(len, map(scheduled.get, req_ids, repeat(()))), np.int64, n)
+                       if scheduled else np.zeros(n, dtype=np.int64))
+        num_accepted = accepted_counts(emitted, num_drafted)
+        invalid = getattr(out, "num_invalid_spec_tokens", None)
+        invalid_tokens = (sum(invalid.get(r, 0) for r, a in zip(req_ids, num_accepted.tolist())
+                              if a >= 0) if invalid else 0)
+        speculates, max_tokens = rules.columns(req_ids, self)
+        # requests this step's tokens ended: finished (into the global cache) in this step, not
+        # at the next one (finished_req_ids arrives only then, if traffic goes on at all). The
+        # rule is ends_in_step_rows; a row's stop ids and new tokens are read only in a step
+        # where some row emitted one of the stop ids the batch's requests hold (a request's
+        # last step, mostly).
+        stops, new_tokens = _NO_STOPS, _NO_TOKENS
+        if rules.stop_set and not rules.stop_set.isdisjoint(chain.from_iterable(sampled_token_ids)):
+            stops, new_tokens = _stop_columns(sampled_token_ids, rows, req_ids, rules)
+        done = ends_in_step_rows(num_tokens - num_prompt, num_tokens, max_tokens, stops,
+                                 new_tokens, emitted, max_model_len)
+        budget = self.budget(num_speculative_tokens)
+        budgets = np.where(speculates & ~done, budget, 0)
+        ended = [req_ids[j] for j in np.flatnonzero(done).tolist()]
+        return StepRows(num_rows, rows, req_ids, num_tokens, num_prompt, budgets, num_accepted,
+                        emitted, max_model_len - 1, ended, num_drafted, invalid_tokens)
 
-    def request_rule(self, req_id: str) -> tuple | None:
-        """What the native step needs of a request, asked once: (speculates, max_tokens,
-        stop token ids), the rules of ``request_speculates`` and ``stopped_in_step``; None
-        for a request without sampling parameters (speculates, never ended here)."""
+    def request_rule(self, req_id: str) -> "RequestRule":
+        """What the step needs of a request, asked once: whether it speculates (per-request
+        opt-out), its ``max_tokens`` and its stop token ids (``stop_token_ids``)."""
         req_state = self.runner.requests.get(req_id)
         sp = getattr(req_state, "sampling_params", None)
-        if sp is None or getattr(req_state, "output_token_ids", None) is None:
-            return None
-        return (_request_speculates(req_state), getattr(sp, "max_tokens", None),
-                tuple(_stop_token_ids(sp)))
+        if sp is None:
+            return RequestRule(True, NO_LIMIT, ())
+        max_tokens = getattr(sp, "max_tokens", None)
+        return RequestRule(_request_speculates(req_state),
+                           NO_LIMIT if max_tokens is None else max_tokens,
+                           tuple(sorted(_stop_token_ids(sp))))
+
+
+_NO_STOPS = np.empty((0, 0), dtype=np.int64)
+_NO_TOKENS = np.empty((0, 0), dtype=np.int64)
+
+
+def _stop_columns(sampled_token_ids: list[list[int]], rows: np.ndarray | None, req_ids: list,
+                  rules: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(stop ids, new tokens) of the step's rows (``rows`` of the batch; None: all) for
+    ``ends_in_step_rows``: filled in for the rows whose new tokens hold a stop id some request
+    has, -1 elsewhere."""
+    rows = (sampled_token_ids if rows is None
+            else [sampled_token_ids[i] for i in rows.tolist()])
+    width = max(map(len, rows))
+    stops = np.full((len(rows), max(rules.stop_width, 1)), -1, dtype=np.int64)
+    new_tokens = np.full((len(rows), width), -1, dtype=np.int64)
+    for j, row in enumerate(rows):
+        if not rules.stop_set.isdisjoint(row):
+            own = rules.stops(req_ids[j])
+            stops[j, :len(own)] = own
+            new_tokens[j, width - len(row):] = row
+    return stops, new_tokens
+
+
+class RequestRule(NamedTuple):
+    speculates: bool
+    max_tokens: int   # NO_LIMIT: none
+    stops: tuple      # stop token ids (EOS unless ignore_eos)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,6 +195,10 @@ class StepRows:
     # longest sequence + K exceeds max_model_len.)
     max_len: int
     ended: list = dataclasses.field(default_factory=list)  # requests this step's tokens ended
+    # the drafts vLLM verified in this step, as its scheduler counts them: draft tokens
+    # scheduled per row (0: none), and draft tokens vLLM marked invalid among them
+    num_drafted: Any = None
+    invalid_tokens: int = 0
 
 
 def stateless_rows(sampled_token_ids: list[list[int]], num_tokens_no_spec: Any,

@@ -27,7 +27,7 @@ import torch
 from vllm.v1.worker.gpu.spec_decode.speculator import BaseSpeculator
 
 from specdraft.adapters.vllm_step import (NO_LIMIT, ends_in_step_rows, record_failure,
-                                          stop_token_ids)
+                                          stop_token_ids, verified_counts)
 from specdraft.adapters.vllm_v0_34.transfer import drafts_to_device, rows_to_host, window_offsets
 from specdraft.proposers.base import accepted_counts
 
@@ -98,7 +98,7 @@ class SpecdraftSpeculator(BaseSpeculator):
                          "proposed_draft_tokens": 0, "errors": 0}
         self._length_counts = np.zeros(k + 1, dtype=np.int64)
         self._lengths: list[np.ndarray] = []   # each step's draft lengths, counted in bulk
-        self._accepted: list[np.ndarray] = []
+        self._verified: list[tuple] = []  # (accepted, drafted) of recent steps, not yet counted
         self._offsets = np.arange(max_num_reqs + 1, dtype=np.int64) * (k + 1)
         self.hook_problem = install_request_params()
         if self.hook_problem is not None:
@@ -295,7 +295,7 @@ class SpecdraftSpeculator(BaseSpeculator):
         c["rows"] += len(ids)
         c["proposed_draft_tokens"] += int(out.tokens.size)
         self._lengths.append(lengths)
-        self._accepted.append(accepted)
+        self._verified.append((accepted, drafted))
         if len(self._lengths) >= 256:
             self._count()
 
@@ -310,12 +310,14 @@ class SpecdraftSpeculator(BaseSpeculator):
             return
         k = self.num_speculative_tokens
         lengths = np.concatenate(self._lengths)
-        accepted = np.concatenate(self._accepted)
-        self._lengths, self._accepted = [], []
+        accepted, drafted = (np.concatenate(a) for a in zip(*self._verified))
+        self._lengths, self._verified = [], []
         c = self.counters
         c["proposed_drafts"] += int(np.count_nonzero(lengths))
-        c["drafts"] += int(np.count_nonzero(accepted >= 0))
-        c["accepted_tokens"] += int(accepted[accepted > 0].sum())
+        drafts, draft_tokens, accepted_tokens = verified_counts(accepted, drafted)
+        c["drafts"] += drafts
+        c["draft_tokens"] += draft_tokens  # specdraft's own tokens (vLLM verifies K wide)
+        c["accepted_tokens"] += accepted_tokens
         self._length_counts += np.bincount(np.minimum(lengths, k), minlength=k + 1)
 
     def drafts_of(self, num_rows: int) -> list[list[int]]:

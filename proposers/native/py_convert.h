@@ -1,5 +1,5 @@
-// The conversions between Python objects and C++ values every binding uses (the module in
-// suffix_index.cc and the engine step in engine_step.h), written once: integers, token ids, and
+// The conversions between Python objects and C++ values the bindings (suffix_index.cc) use,
+// written once: integers, token ids, and
 // integer arrays (read in place where the object allows it). Each throws
 // pybind11::error_already_set with Python's own error (TypeError, OverflowError, MemoryError), or
 // ValueErr naming the argument where the caller gives its name.
@@ -49,27 +49,6 @@ inline bool set_index_error(std::exception_ptr p) {
     return false;
   }
   return true;
-}
-
-// Any pending C++ exception as the Python error the bindings raise for it: the index's own as
-// set_index_error sets them, pybind11's as pybind11 sets them. For methods bound without
-// pybind11's dispatch (EngineStep.step).
-inline void set_python_error(std::exception_ptr p) {
-  namespace py = pybind11;
-  if (set_index_error(p)) return;
-  try {
-    std::rethrow_exception(p);
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const py::builtin_exception& e) {
-    e.set_error();
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  } catch (...) {
-    PyErr_SetString(PyExc_RuntimeError, "unknown native error");
-  }
 }
 
 // The one conversion of a Python integer (int, numpy integer, anything with __index__) to C++:

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "controller.h"
-#include "engine_step.h"
 #include "py_convert.h"
 #include "step.h"
 #include "suffix_core.h"
@@ -28,7 +27,7 @@ using namespace specdraft;
 namespace {
 
 // Argument conversion (to_i64, to_token, tokens_of, ints_of: integer arrays read in place) is in
-// py_convert.h, shared with engine_step.h.
+// py_convert.h.
 
 // ------------------------------------------------------------------------------- results
 py::tuple draft_tuple(const Draft& d) {
@@ -314,7 +313,6 @@ PYBIND11_MODULE(_suffix_native, m) {
         "and token ids against the vocabulary (ValueError otherwise).");
   m.def("rows_to_lists", &rows_to_lists, py::arg("tokens"), py::arg("lengths"),
         "Split concatenated drafts into one list of ints per row (the form vLLM takes).");
-  register_engine_step<PyCore>(m);  // EngineStep (engine_step.h)
 
   py::register_exception_translator([](std::exception_ptr p) {
     if (p && !set_index_error(p)) std::rethrow_exception(p);  // anything else: pybind11's own

@@ -1,16 +1,15 @@
-"""vLLM's propose call through the native engine step against its plain-Python twin.
+"""vLLM 0.32's propose call through the adapter's one mapping onto ``SpecDrafter.step``.
 
-With the native core, ``SpecdraftProposer.propose`` hands vLLM's arguments over as they are to
-one native call (proposers/native/engine_step.h: request ids, the rows' sampled tokens, vLLM's
-token buffer, the drafts verified this step, the pending finish/abort events), which keeps the
-request id -> handle map, the per-request rules (opt-out, stop tokens, max_tokens) and the
-counters. Its plain-Python twin is the adapter's ``StepView.step_rows`` + ``SpecDrafter.step`` +
-``engine_rows`` path (``VllmStep.propose``). Random engine runs drive two proposers, one on each
-path, with the same calls vLLM's runner makes: requests arrive (a prefill step first), emit the
-accepted part of their draft plus one token, are reordered, preempted and resumed, hit stop
-tokens, ``max_tokens`` or ``max_model_len``, are aborted, opt out of speculation; small global
-caches so eviction happens. Every step both must return the same drafts, and at the end the
-same drafter counters, proposer counters and live requests.
+``SpecdraftProposer.propose`` reads vLLM's arrays as flat arrays (``StepView.step_rows``: request
+ids, tokens emitted, vLLM's token buffer as is, the drafts verified this step, budgets, the
+requests this step ended) and runs the batch as one ``SpecDrafter.step``. Random engine runs drive
+two proposers, one on the native core and one on the Python core (``native: false``), with the
+same calls vLLM's runner makes: requests arrive (a prefill step first), emit the accepted part of
+their draft plus one token, are reordered, preempted and resumed, hit stop tokens, ``max_tokens``
+or ``max_model_len``, are aborted, opt out of speculation; small global caches so eviction
+happens. Every step both must return the same drafts, within each row's budget; at the end both
+hold the same requests and global cache, and their verified-draft counters equal what the
+stand-in scheduler counted, as vLLM's scheduler counts ``vllm:spec_decode_*``.
 
 The runner and scheduler output are stand-ins holding the fields the adapter reads (no engine
 runs here); the integration tests drive the same path in a real vLLM engine.
@@ -63,6 +62,21 @@ class _Request:
         return len(self.prompt) + len(self.output_token_ids)
 
 
+def _ends(req: _Request, num_sampled: int, max_model_len: int) -> bool:
+    """The scheduler's check_stop for this step's tokens, written plainly (the stand-in
+    engine's own rule, not the adapter's)."""
+    sp = req.sampling_params
+    if req.num_tokens >= max_model_len:
+        return True
+    if sp is None:
+        return False
+    if sp.max_tokens is not None and len(req.output_token_ids) >= sp.max_tokens:
+        return True
+    stops = set(sp.stop_token_ids) | ({sp.eos_token_id} if sp.eos_token_id is not None
+                                      and not sp.ignore_eos else set())
+    return any(t in stops for t in req.output_token_ids[-num_sampled:])
+
+
 def _stream(rng: random.Random, n: int, motifs: list[list[int]]) -> list[int]:
     out: list[int] = []
     while len(out) < n:
@@ -75,10 +89,9 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
 
     adapter = vllm_adapter()
     rng = random.Random(seed)
-    native = SpecdraftProposer(_config(k, max_model_len, options))
-    twin = SpecdraftProposer(_config(k, max_model_len, options))
-    twin.steps.use_native = False
-    assert native.steps.engine is not None and native.drafter.native
+    native = SpecdraftProposer(_config(k, max_model_len, {**options, "native": True}))
+    twin = SpecdraftProposer(_config(k, max_model_len, {**options, "native": False}))
+    assert native.drafter.native and not twin.drafter.native
     clock = [1000.0]  # the step timings both controllers learn from must be the same
     monkeypatch.setattr(vllm_step, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
 
@@ -90,6 +103,7 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
     ended: list[tuple[str, bool]] = []  # reported with the next step (finished_req_ids)
     last: dict[str, list[int]] = {}     # each request's draft from the previous step
     next_id = 0
+    verified = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}  # as vLLM's scheduler counts
     for step in range(steps):
         for rid, _ in ended:  # the runner drops requests that ended (their events may be lost)
             requests.pop(rid, None)
@@ -120,6 +134,10 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
             toks = toks[:max(1, max_model_len - req.num_tokens)]
             req.output_token_ids.extend(toks)
             sampled.append(toks)
+            if draft:
+                verified["drafts"] += 1
+                verified["draft_tokens"] += len(draft)
+                verified["accepted_tokens"] += len(toks) - 1
         num_rows = len(batch)
         buf = np.zeros((num_rows + 2, max_model_len), dtype=np.int32)
         num_tokens = np.zeros(num_rows + 2, dtype=np.int32)
@@ -152,8 +170,14 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
         for i, rid in enumerate(list(batch)):
             req = requests[rid]
             assert len(drafts[i]) <= k and req.num_tokens + len(drafts[i]) < max_model_len or not drafts[i]
-            if (sampled[i] and adapter.stopped_in_step(req, max_model_len, len(sampled[i]))
-                    or req.num_tokens >= max_model_len - 1):  # the scheduler's length limit
+            sp = req.sampling_params
+            if sp is not None and sp.extra_args:  # opted out
+                assert not drafts[i]
+            if sampled[i] and _ends(req, len(sampled[i]), max_model_len):
+                assert not drafts[i]
+                batch.remove(rid)
+                ended.append((rid, False))
+            elif req.num_tokens >= max_model_len - 1:  # the scheduler's length limit
                 batch.remove(rid)
                 ended.append((rid, False))
             elif rng.random() < 0.03:
@@ -166,6 +190,7 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
                 last[rid] = drafts[i]
     for prop in (native, twin):
         prop._count_lengths()
+        assert {key: prop.counters[key] for key in verified} == verified
     stats = [p.drafter.counters.as_dict() for p in (native, twin)]
     for s in stats:
         s.pop("draft_time_s")
@@ -183,19 +208,19 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
 @given(seed=st.integers(0, 2**32 - 1), strategy=st.sampled_from(["suffix", "tree"]),
        adaptive=st.booleans(), cache=st.sampled_from([50, 400, 100000]),
        k=st.sampled_from([1, 4, 16]))
-def test_native_engine_step_matches_python_twin(seed, strategy, adaptive, cache, k, monkeypatch):
+def test_vllm_step_on_the_native_and_python_cores(seed, strategy, adaptive, cache, k, monkeypatch):
     options = {"strategy": strategy, "adaptive": adaptive, "global_cache_tokens": cache,
-               "native": True, "cost_model": "gpu", "max_depth": 12}
+               "cost_model": "gpu", "max_depth": 12}
     _run(seed, options, k, max_model_len=96, steps=70, monkeypatch=monkeypatch)  # past RETAIN_EVERY
 
 
 def test_a_bad_token_in_vllms_buffer_costs_one_step_of_drafts_not_the_engine():
-    """A failure inside the native step (here a token id outside the vocabulary in vLLM's
-    buffer) returns no drafts for the step, is counted, and the next step drafts again."""
+    """A failure inside the step (here a token id outside the vocabulary in vLLM's buffer)
+    returns no drafts for the step, is counted, and the next step drafts again."""
     from specdraft.plugins.vllm import SpecdraftProposer
 
     prop = SpecdraftProposer(_config(4, 64, {"native": True, "cost_model": "gpu"}))
-    assert prop.steps.engine is not None
+    assert prop.drafter.native
     hist = [3, 4, 5, 3, 4, 5, 3, 4]
     buf = np.zeros((1, 64), dtype=np.int32)
     buf[0, :8] = hist
@@ -220,22 +245,22 @@ def test_a_bad_token_in_vllms_buffer_costs_one_step_of_drafts_not_the_engine():
     assert prop.tracked
 
 
-def test_a_planted_change_to_the_accepted_count_rule_fails_the_twin(monkeypatch):
+def test_a_planted_change_to_the_accepted_count_rule_fails(monkeypatch):
     """The accepted-count rule (emitted tokens minus one, capped by what was drafted) is written
-    once in Python (``proposers.base.accepted_count``) and once in the native engine step; a
-    planted change to the Python one (forgetting that the last emitted token is the target's
-    own) makes the twin comparison above fail."""
+    once (``proposers.base.accepted_counts``); a planted change to it (forgetting that the last
+    emitted token is the target's own) makes the verified-draft counters disagree with the
+    stand-in scheduler's."""
     from specdraft.adapters.vllm_v0_32 import runner
-    from specdraft.proposers.base import accepted_count
+    from specdraft.proposers.base import accepted_counts
 
-    assert accepted_count(3, 5) == 2 and accepted_count(1, 0) == -1
+    assert accepted_counts(np.array([3, 1]), np.array([5, 0])).tolist() == [2, -1]
 
-    def planted(num_emitted: int, num_drafted: int) -> int:
-        return -1 if num_drafted <= 0 else min(num_emitted, num_drafted)
+    def planted(num_emitted, num_drafted):
+        return np.where(num_drafted > 0, np.minimum(num_emitted, num_drafted), -1)
 
     options = {"strategy": "suffix", "adaptive": False, "global_cache_tokens": 100000,
-               "native": True, "cost_model": "gpu", "max_depth": 12}
+               "cost_model": "gpu", "max_depth": 12}
     _run(1, options, 4, max_model_len=96, steps=70, monkeypatch=monkeypatch)  # as it is: passes
-    monkeypatch.setattr(runner, "accepted_count", planted)
+    monkeypatch.setattr(runner, "accepted_counts", planted)
     with pytest.raises(AssertionError, match="accepted_tokens"):
         _run(1, options, 4, max_model_len=96, steps=70, monkeypatch=monkeypatch)
