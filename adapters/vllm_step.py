@@ -114,16 +114,16 @@ class RequestRules:
         self.stop_set: set = set()  # every stop id the requests held have had (a prefilter)
         self.stop_width = 0         # the most stop ids a request has
 
-    def columns(self, req_ids: Sequence, view: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(speculates, max_tokens) of these requests, as arrays."""
+    def columns(self, req_ids: Sequence, view: Any) -> tuple[list, np.ndarray]:
+        """(speculates, a list of bools; max_tokens, an array) of these requests."""
         speculates = list(map(self._speculates.get, req_ids))
         if None in speculates:  # requests seen for the first time
             for req_id, known in zip(req_ids, speculates):
                 if known is None:
                     self._add(req_id, view.request_rule(req_id))
             speculates = list(map(self._speculates.__getitem__, req_ids))
-        return (np.array(speculates, dtype=bool),
-                np.array(list(map(self._max_tokens.__getitem__, req_ids)), dtype=np.int64))
+        return (speculates,
+                np.fromiter(map(self._max_tokens.__getitem__, req_ids), np.int64, len(req_ids)))
 
     def stops(self, req_id) -> tuple:
         return self._stops[req_id]

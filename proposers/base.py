@@ -38,7 +38,10 @@ def accepted_counts(num_emitted, num_drafted):
     """``accepted_count`` over rows (numpy arrays): what the vLLM adapters' steps use."""
     import numpy as np
 
-    return np.where(num_drafted > 0, np.maximum(np.minimum(num_drafted, num_emitted - 1), 0), -1)
+    out = np.minimum(num_drafted, num_emitted - 1)
+    np.maximum(out, 0, out=out)
+    out[num_drafted <= 0] = -1
+    return out
 
 
 @dataclasses.dataclass

@@ -211,4 +211,4 @@ def test_a_request_this_step_ends_is_finished_in_the_step(output, num_sampled, p
     rows = view.step_rows([[6], output[-num_sampled:]], np.array([6, req.num_tokens]), buf, 4,
                           12, RequestRules())
     assert rows.ended == (["r"] if stopped else [])
-    assert rows.budgets.tolist() == [4, 0 if stopped else 4]
+    assert np.broadcast_to(rows.budgets, 2).tolist() == [4, 0 if stopped else 4]
