@@ -36,6 +36,7 @@ a clean exit (code 0 within 60 s, no child left); greedy outputs identical. Writ
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import itertools
 import json
@@ -213,9 +214,12 @@ def evaluate(result: dict, tolerance: float = 1.10) -> list[dict]:
         cb_b = max(s["cache_bytes"] for s in last)
         within = budget is None or top <= budget
         flat = cb_b <= tolerance * cb_a if cb_a else cb_b == 0
+        scopes = (f"; tenant scopes {max(s.get('cache_scopes', 0) for s in first):.0f} -> "
+                  f"{max(s.get('cache_scopes', 0) for s in last):.0f}")
         row("cache bounded", within and flat,
             f"max {top:.0f} tokens (budget {budget}); bytes last third max {cb_b / 2**20:.2f} "
-            f"MiB vs first third max {cb_a / 2**20:.2f} MiB (x{cb_b / cb_a if cb_a else 0:.3f})")
+            f"MiB vs first third max {cb_a / 2**20:.2f} MiB (x{cb_b / cb_a if cb_a else 0:.3f})"
+            + scopes)
     else:
         row("RSS bounded", False, "no samples after the warm-up")
         row("cache bounded", False, "no samples after the warm-up")
@@ -389,6 +393,25 @@ class Soak:
         return {"requests": n, "in_flight": target, "wall_s": round(wall, 2),
                 "requests_per_s": n / wall}
 
+    async def warm_tenants(self, session, in_flight: int = 4, max_tokens: int = 8) -> None:
+        """One short request per tenant, before the clock starts: every tenant's scope exists
+        before the windows, so they compare the cache at the same number of scopes (a scope
+        costs an index of its own: docs/multi-tenant.md)."""
+        queue = list(TENANTS)
+        started = time.monotonic()
+
+        async def worker():
+            while queue:
+                salt = queue.pop()
+                body = self.body({"prompt": len(queue) % len(self.prompts), "salt": salt}, False)
+                body["max_tokens"] = max_tokens
+                async with session.post(f"{self.base}/v1/completions", json=body) as r:
+                    await r.read()
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+        self.event("tenant_warmup", tenants=len(TENANTS), wall_s=round(time.monotonic() - started, 2))
+        print(f"[soak] tenant warm-up: {len(TENANTS)} tenants, one request each",
+              file=sys.stderr, flush=True)
+
     async def run(self) -> None:
         import aiohttp
 
@@ -404,6 +427,8 @@ class Soak:
                 self.event("rate_probe", **probe, rate=a.rate)
                 print(f"[soak] probe: {probe['requests_per_s']:.3f} requests/s at 4 in flight; "
                       f"rate {a.rate}/s", file=sys.stderr, flush=True)
+            if a.tenant_warmup:
+                await self.warm_tenants(session)
             self.t0 = time.monotonic()
             await self.sample(session)
             tasks: set[asyncio.Task] = set()
@@ -447,6 +472,12 @@ class Soak:
             if tasks:
                 await asyncio.wait(set(tasks), timeout=a.request_timeout)
             self.event("drained", in_flight=self.in_flight)
+            if a.end_with_cancel:
+                # the last request: a stream cancelled alone, so that its abort is the last thing
+                # the server sees before the settle (no later step carries it along)
+                await self.send(session, {"i": -1, "kind": "cancel", "bad": None, "salt": None,
+                                          "prompt": self.greedy_indices[0]})
+                self.event("last_request_cancelled", cancelled=self.counts["cancelled"])
             sampler_task.cancel()
             # settle: specdraft's counters reach /metrics through a snapshot written every 0.25 s
             deadline = time.monotonic() + a.settle
@@ -538,7 +569,8 @@ def plot(result: dict, path: Path) -> None:
 
     s = result["samples"]
     t = [x["t"] / 60 for x in s]
-    fig, ax = plt.subplots(4, 1, figsize=(9, 10), sharex=True)
+    fig, ax = plt.subplots(5, 1, figsize=(9, 12), sharex=True,
+                           gridspec_kw={"height_ratios": [3, 3, 1.5, 3, 3]})
     ax[0].plot(t, [x["rss"] / 2**20 for x in s], marker=".")
     ax[0].set_ylabel("server RSS, MiB")
     ax[1].plot(t, [x["cache_bytes"] / 2**20 for x in s], marker=".", label="bytes (MiB)")
@@ -550,15 +582,17 @@ def plot(result: dict, path: Path) -> None:
     ax[1].set_ylabel("global cache, MiB")
     ax1b.set_ylabel("global cache, k tokens")
     ax1b.legend(loc="lower right", fontsize=8)
-    ax[2].plot(t, [x["live"] for x in s], marker=".", label="specdraft live requests")
-    ax[2].plot(t, [x["client_in_flight"] for x in s], marker=".", label="client in flight")
-    ax[2].set_ylabel("requests")
-    ax[2].legend(fontsize=8)
+    ax[2].plot(t, [x.get("cache_scopes", 0) for x in s], marker=".", color="C2")
+    ax[2].set_ylabel("tenant scopes")
+    ax[3].plot(t, [x["live"] for x in s], marker=".", label="specdraft live requests")
+    ax[3].plot(t, [x["client_in_flight"] for x in s], marker=".", label="client in flight")
+    ax[3].set_ylabel("requests")
+    ax[3].legend(fontsize=8)
     for key in ("4xx", "5xx", "cancelled", "spec_errors", "stream_errors", "client_errors"):
-        ax[3].plot(t, [x.get(key, 0) for x in s], marker=".", label=key)
-    ax[3].set_ylabel("count so far")
-    ax[3].set_xlabel("minutes")
-    ax[3].legend(fontsize=8, ncol=3)
+        ax[4].plot(t, [x.get(key, 0) for x in s], marker=".", label=key)
+    ax[4].set_ylabel("count so far")
+    ax[4].set_xlabel("minutes")
+    ax[4].legend(fontsize=8, ncol=3)
     for a in ax:
         a.axvline(result["warmup_s"] / 60, color="grey", ls="--", lw=0.8)
     fig.suptitle(f"specdraft soak: {result['model']}, {result['rate']} req/s, "
@@ -601,6 +635,10 @@ def main(argv=None) -> int:
     ap.add_argument("--greedy-sample", type=int, default=12,
                     help="prompts checked against a server without speculation")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tenant-warmup", action=argparse.BooleanOptionalAction, default=True,
+                    help="one short request per tenant before the clock starts")
+    ap.add_argument("--end-with-cancel", action=argparse.BooleanOptionalAction, default=True,
+                    help="after the drain, one stream cancelled alone before the settle")
     ap.add_argument("--k", type=int, default=16, help="num_speculative_tokens")
     ap.add_argument("--specdraft-options", default='{"global_cache_tokens": 8192}',
                     help="specdraft's options as JSON (a small cache budget, so the soak fills it)")
@@ -687,7 +725,8 @@ def main(argv=None) -> int:
               "server_command": cmd, "reference_command": ref_cmd, "versions": versions(),
               "counts": soak.counts, "samples": soak.samples, "bad": soak.bad,
               "events": soak.events, "shutdown": shutdown, "greedy": greedy,
-              "rss_tolerance": args.rss_tolerance}
+              "rss_tolerance": args.rss_tolerance, "tenant_warmup": args.tenant_warmup,
+              "end_with_cancel": args.end_with_cancel}
     result["passes"] = evaluate(result, args.rss_tolerance)
     result["passed"] = all(r["passed"] for r in result["passes"])
     (out_dir / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
