@@ -349,3 +349,81 @@ def test_arctic_suffix_takes_the_installed_vllms_suffix_options():
     m.extend(1, [3], 0)
     toks, parents = m.draft(1, 4)
     assert m.depth == 5 and toks and len(toks) == len(parents) <= 4
+
+
+def _spy_drafter(method):
+    """Record the drafter calls a specdraft method makes (name, and a step's rows and budgets)."""
+    calls = []
+    d = method.drafter
+    for name in ("step", "start", "extend", "draft", "finish", "abort"):
+        original = getattr(d, name)
+
+        def spy(*args, _name=name, _original=original, **kwargs):
+            if _name == "step":
+                calls.append(("step", list(args[0]), [int(b) for b in args[4]]))
+            else:
+                calls.append((_name,))
+            return _original(*args, **kwargs)
+        setattr(d, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_specdraft_replays_through_the_engine_step(native):
+    """replay_engine drives specdraft through SpecDrafter.step only: one step per pass over the
+    rows that emitted (the row that ends in the step is a row with budget 0, as in the live
+    engine), each ended request finished at once; the counts equal those of the step's own
+    counters."""
+    from specdraft.replay import EngineSchedule, replay_engine
+
+    recs = synthetic(3)
+    reqs = [(r["prompt_token_ids"], r["output_token_ids"][:12 + 9 * i], r["output_token_ids"])
+            for i, r in enumerate(recs)]
+    m = SpecdraftMethod("s", {"cost_model": "medium", "native": native})
+    calls = _spy_drafter(m)
+    r = replay_engine(m, reqs, 8, EngineSchedule(4, 512))
+    assert {c[0] for c in calls} == {"step", "finish"}
+    steps = [c for c in calls if c[0] == "step"]
+    ends = [i for i, c in enumerate(calls) if c[0] == "finish"]
+    assert len(ends) == 3
+    for i in ends:  # the step before each finish held the ended request with budget 0
+        assert calls[i - 1][0] in ("step", "finish")
+    last = [c for c in steps if 0 in c[2]]
+    assert len(last) >= 1 and all(len(c[1]) == len(c[2]) for c in steps)
+    c = m.drafter.counters
+    assert (c.drafts, c.drafted_tokens) == (r["drafts"], r["drafted_tokens"])
+    assert c.requests == c.finished == 3 and not m.drafter.req_ids()
+
+
+def test_specdraft_step_rows_are_the_pass_the_replay_sized():
+    """The rows of a specdraft method's step are the pass the replay prices: a shape that does
+    not match them is an error, not a silently different batch for the controller."""
+    m = SpecdraftMethod("s", {"cost_model": "medium"})
+    m.start(1, [1, 2, 3, 4])
+    m.extend(1, [5], None)
+    m.start(2, [7, 8])  # started, not emitted yet: a row only when the pass counts it
+    assert m.draft_batch([1], 4, (1, 5.0, 5.0)) is not None
+    m.extend(1, [1], None)
+    assert m.draft_batch([1], 4, (2, 8.0, 6.0)) is not None  # its prefill is in this pass
+    assert m.drafter.num_tokens(2) == 2
+    m.extend(1, [2], None)
+    with pytest.raises(RuntimeError, match="not the pass"):
+        m.draft_batch([1], 4, (3, 9.0, 7.0))
+
+
+@pytest.mark.parametrize("strategy", ["tree", "suffix"])
+def test_specdraft_method_trees_are_whole_where_the_replay_verifies_trees(strategy):
+    rng = random.Random(2)
+    seq = [rng.randrange(6) for _ in range(400)]
+    got = {}
+    for chain_only in (False, True):
+        m = SpecdraftMethod("s", {"strategy": strategy, "adaptive": False, "max_children": 3},
+                            chain_only=chain_only)
+        m.start(1, seq)
+        m.extend(1, [0], None)
+        got[chain_only] = m.draft(1, 16)
+    toks, parents = got[True]
+    assert parents == list(range(-1, len(toks) - 1))
+    toks, parents = got[False]
+    assert toks and len(toks) == len(parents) <= 16
+    assert (parents != list(range(-1, len(toks) - 1))) == (strategy == "tree")

@@ -41,21 +41,99 @@ class NoDraftMethod(Method):
 
 
 class SpecdraftMethod(Method):
+    """specdraft driven as an engine drives it: each ``draft_batch`` is one ``SpecDrafter.step``.
+
+    ``start`` and ``extend`` only record what the next step brings: each request's tokens the
+    drafter does not hold yet, the accepted count of its last draft and the tokens it emitted.
+    A step's rows are the requests that emitted since the last step, in the order they emitted
+    (a row that ends in the step, or is not drafted, has budget 0: the live engine's step holds it
+    too, and the controller sizes the batch from every row), then requests drafted without new
+    tokens, and the requests started since the last step that have not emitted yet when the
+    pass's shape (``batch``) counts them (a replay whose pass holds their prefill). The rows'
+    shape must be ``batch`` when it is given: the controller sizes the pass the replay prices. A
+    request's first row starts it in the drafter (its scope set when it started). ``finish``
+    finishes the request at once, as the live adapter finishes a row that ended in its step; when
+    it has tokens the drafter has not seen yet (a replay that ends requests after their pass, not
+    in the step), a step of the rows that emitted since the last one (budget 0) syncs them first,
+    so the drafter sees the pass's tokens before the request leaves, as before. Tree strategies that the replay verifies as trees get whole trees
+    (``trees=True``); a ``chain_only`` drafter's trees come back as their best chain."""
     ends_in_step = True  # in an engine, specdraft's step finishes a request that reached its limit
 
     def __init__(self, name: str, options: dict, chain_only: bool = False):
         from specdraft.proposers import make_drafter
         self.name = name
         self.drafter = make_drafter(options, chain_only=chain_only)
+        self._trees = self.drafter.config.strategy == "tree" and not chain_only
+        self._num: dict = {}     # key -> history length (prompt + output emitted)
+        self._prompt: dict = {}  # key -> prompt length
+        self._tail: dict = {}    # key -> the history's last tokens the drafter does not hold yet
+        self._acc: dict = {}     # key -> accepted count of its last draft (-1: none to report)
+        self._emitted: dict = {}   # keys that emitted since the last step (emission order)
+        self._unsynced: dict = {}  # keys started since the last step, not emitted yet
 
     def start(self, key, prompt, scope=None):
-        self.drafter.start(key, prompt, scope=scope)
+        if scope is not None:
+            self.drafter.set_scope(key, scope)
+        self._num[key] = self._prompt[key] = len(prompt)
+        self._tail[key] = list(prompt)
+        self._acc[key] = -1
+        self._unsynced[key] = None
 
     def extend(self, key, tokens, num_accepted):
-        self.drafter.extend(key, tokens, num_accepted)
+        if key in self._emitted and num_accepted is not None and self._acc[key] >= 0:
+            self._sync(key)  # two accepted counts before a step: the first one's step
+        self._unsynced.pop(key, None)
+        if key not in self._emitted:
+            self._emitted[key] = None
+        self._tail[key].extend(tokens)
+        self._num[key] += len(tokens)
+        if num_accepted is not None:
+            self._acc[key] = num_accepted
+
+    def _step(self, keys, budget: int, rows: list):
+        """One ``SpecDrafter.step`` over ``rows`` (``keys`` among them get ``budget``)."""
+        import numpy as np
+
+        want = set(keys)
+        tails = [self._tail[k] for k in rows]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(t) for t in tails], out=offsets[1:])
+        tokens = np.fromiter((t for tail in tails for t in tail), np.int32, int(offsets[-1]))
+        num = [self._num[k] for k in rows]
+        out = self.drafter.step(
+            rows, tokens, num, [self._prompt[k] for k in rows],
+            [budget if k in want else 0 for k in rows], token_offsets=offsets,
+            num_accepted=[self._acc[k] for k in rows],
+            num_emitted=[len(t) if self.drafter.num_tokens(k) >= 0 else -1
+                         for k, t in zip(rows, tails)],
+            trees=self._trees)
+        for k in rows:
+            self._tail[k] = []
+            self._acc[k] = -1
+            self._emitted.pop(k, None)
+            self._unsynced.pop(k, None)
+        return out
+
+    def _sync(self, key) -> None:
+        self._step((), 0, [key])
 
     def draft_batch(self, keys, budget, batch=None):
-        return [(t.token_ids, t.parents) for t in self.drafter.draft_batch(keys, budget, batch)]
+        rows = list(self._emitted)
+        rows += [k for k in dict.fromkeys(keys) if k not in self._emitted]
+        if batch is not None and int(batch[0]) > len(rows):
+            rows += [k for k in self._unsynced if k not in keys]
+        if batch is not None:
+            ctx = [self._num[k] for k in rows]
+            shape = (len(rows), float(sum(ctx)), float(max(ctx, default=0)))
+            if shape != tuple(batch):
+                raise RuntimeError(f"{self.name}: the step's rows {shape} are not the pass the "
+                                   f"replay sized {tuple(batch)}")
+        out = self._step(keys, budget, rows)
+        if self._trees:
+            drafts = {k: (t.token_ids, t.parents) for k, t in zip(rows, out.trees())}
+        else:
+            drafts = {k: (t, list(range(-1, len(t) - 1))) for k, t in zip(rows, out.rows())}
+        return [drafts[k] for k in keys]
 
     def draft(self, key, budget):
         return self.draft_batch([key], budget)[0]
@@ -64,7 +142,15 @@ class SpecdraftMethod(Method):
         self.drafter.report_step(tokens, seconds)
 
     def finish(self, key):
-        self.drafter.finish(key)
+        if self._tail[key]:  # the tokens it emitted: a step of the rows that emitted (budget 0)
+            self._step((), 0, list(dict.fromkeys([*self._emitted, key])))
+        self._unsynced.pop(key, None)
+        for d in (self._num, self._prompt, self._tail, self._acc):
+            d.pop(key, None)
+        if self.drafter.num_tokens(key) >= 0:
+            self.drafter.finish(key)
+        else:  # started, never emitted: only its scope to forget
+            self.drafter.abort(key)
 
 
 class SpecdraftRecycleMethod(SpecdraftMethod):
