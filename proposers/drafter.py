@@ -6,7 +6,8 @@ the counters adapters export. One instance per engine worker; every public metho
 
 Two ways in, over the same state:
 
-* per request: ``start`` / ``extend`` / ``draft`` / ``draft_batch`` / ``finish`` / ``abort``;
+* per request: ``start`` / ``extend`` / ``draft`` / ``finish`` / ``abort`` (``draft`` is a
+  one-row ``step`` that brings no new tokens: one implementation for both ways in);
 * per engine step: ``step`` takes the adapter's view of the whole batch as flat arrays and returns
   the drafts as flat arrays. With the native core that is one C++ call (GIL released) that
   applies the events, syncs every row, drafts and sizes the drafts; ``_step_python`` is its
@@ -160,6 +161,10 @@ def _rows_to_lists(tokens: np.ndarray, lengths: np.ndarray) -> list[list[int]]:
         ends = np.cumsum(lengths).tolist()
         return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
     return rows_to_lists(tokens, lengths)
+
+
+_NO_TOKENS = np.zeros(0, dtype=np.int32)
+_NO_OFFSETS = np.zeros(2, dtype=np.int64)
 
 
 def _row_array(values, n: int, name: str, default: int | None = None) -> np.ndarray:
@@ -358,41 +363,22 @@ class SpecDrafter:
 
     # -------------------------------------------------------------- drafting
     def draft(self, req_id, budget: int | None = None) -> DraftTree:
-        return self.draft_batch([req_id], budget)[0]
-
-    def draft_batch(self, req_ids: Sequence, budget: int | None = None,
-                    batch: tuple | None = None) -> list[DraftTree]:
-        """Drafts for a batch, sized together by the controller; each has <= budget nodes.
-
-        ``batch`` = (requests, sum of contexts, longest context) of the whole verification pass
-        when it holds more than these requests (default: these requests, their contexts)."""
+        """The request's draft (at most ``budget`` nodes, default 16), sized by the controller as
+        a batch of this request alone: a one-row ``step`` that brings no new tokens (the drafter
+        holds the history ``start``/``extend`` gave it). A tree strategy's draft is a whole tree
+        (its best chain for a ``chain_only`` drafter), with each node's probability."""
         budget = 16 if budget is None else budget
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         with self._lock:
-            t0 = time.perf_counter()
-            handles = [self._handle(r) for r in req_ids]
-            trees = []
-            for h in handles:
-                toks, parents, probs, match_len = self.core.draft(h, budget, self._tree)
-                t = DraftTree(list(toks), list(parents), list(probs), match_len)
-                if self.chain_only and self._tree:
-                    t = t.best_path()
-                trees.append(t)
-            if self.controller is not None:
-                counts = self.controller.choose(handles, [(t.parents, t.probs) for t in trees],
-                                                [self.core.num_tokens(h) for h in handles], batch,
-                                                [t.match_len for t in trees])
-                trees = [t.truncate(k) for t, k in zip(trees, counts)]
-                for h, t in zip(handles, trees):
-                    self.controller.sent(h, t.chain_probs(), t.match_len)
-            st = self._counters
-            for t in trees:
-                if len(t):
-                    st.drafts += 1
-                    st.drafted_tokens += len(t)
-            st.draft_time_s += time.perf_counter() - t0
-            return trees
+            h = self._handle(req_id)
+            if not self.core.has(h):
+                raise KeyError(f"unknown request id {req_id!r}: start() it first")
+            n = self.core.num_tokens(h)
+            toks, _, parents, probs, match_lens = self._step(
+                [req_id], _NO_TOKENS, [n], [n], [budget], token_offsets=_NO_OFFSETS, trees=True,
+                detail=True)
+            return DraftTree(toks.tolist(), parents.tolist(), probs.tolist(), int(match_lens[0]))
 
     # ------------------------------------------------------------ engine step
     def step(self, req_ids: Sequence[Hashable], token_ids: np.ndarray, num_tokens,
@@ -433,7 +419,7 @@ class SpecDrafter:
         Returns ``StepDrafts(tokens, lengths)``: row j's draft is a chain of ``lengths[j] <=
         budgets[j]`` tokens (tree drafts are reduced to their best chain), sized across the batch
         by the adaptive controller. With ``trees=True`` a tree strategy's drafts come back whole
-        (``lengths[j]`` nodes, the first ones of the tree, as ``draft_batch`` sizes them) with
+        (``lengths[j]`` nodes, the first ones of the tree, as the controller sizes them) with
         ``StepDrafts.parents`` (each node's parent within its row, -1 for a root; chains for a
         chain strategy or a ``chain_only`` drafter). With the native core the whole step is one C++ call with the
         GIL released; otherwise (or with ``native=False``) ``_step_python`` does the same.
@@ -443,24 +429,39 @@ class SpecDrafter:
         if tokens.dtype != np.int32 or not tokens.flags.c_contiguous:
             tokens = np.ascontiguousarray(tokens, dtype=np.int32)
         with self._lock:
-            handles = self._row_handles(req_ids)
-            fin = self._pop_handles(finished) if finished else ()
-            ab = self._pop_handles(aborted) if aborted else ()
-            whole = bool(trees) and self._tree and not self.chain_only
-            if self._native_step:
-                toks, lengths, counts, *parents = self.core.step(
-                    handles, tokens, num_tokens, num_prompt_tokens, budgets, rows, token_offsets,
-                    num_accepted, num_emitted, fin, ab, self.vocab_size or 0, self._tree,
-                    -1 if max_len is None else max_len, whole)
-            else:
-                toks, lengths, counts, *parents = self._step_python(
-                    handles, tokens, num_tokens, num_prompt_tokens, budgets, rows, token_offsets,
-                    num_accepted, num_emitted, fin, ab, max_len, whole)
-            self._counters.add_step_counts(counts, time.perf_counter() - t0)
-            if trees and not whole:  # chains: each node's parent is the one before it
-                starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-                parents = [(np.arange(len(toks)) - starts - 1).astype(np.int32)]
+            toks, lengths, *parents = self._step(
+                req_ids, tokens, num_tokens, num_prompt_tokens, budgets, rows=rows,
+                token_offsets=token_offsets, num_accepted=num_accepted, num_emitted=num_emitted,
+                finished=finished, aborted=aborted, max_len=max_len, trees=trees, t0=t0)
             return StepDrafts(toks, lengths, parents[0] if trees else None)
+
+    def _step(self, req_ids, tokens, num_tokens, num_prompt_tokens, budgets, *, rows=None,
+              token_offsets=None, num_accepted=None, num_emitted=None, finished=(), aborted=(),
+              max_len=None, trees=False, detail=False, t0=None):
+        """``step`` on an int32 token array (under the lock): (tokens, lengths), then with
+        ``trees`` or ``detail`` the drafts' parents, and with ``detail`` their probs and each
+        row's root match length (what ``draft`` returns as a ``DraftTree``)."""
+        t0 = time.perf_counter() if t0 is None else t0
+        handles = self._row_handles(req_ids)
+        fin = self._pop_handles(finished) if finished else ()
+        ab = self._pop_handles(aborted) if aborted else ()
+        whole = bool(trees) and self._tree and not self.chain_only
+        if self._native_step:
+            toks, lengths, counts, *extra = self.core.step(
+                handles, tokens, num_tokens, num_prompt_tokens, budgets, rows, token_offsets,
+                num_accepted, num_emitted, fin, ab, self.vocab_size or 0, self._tree,
+                -1 if max_len is None else max_len, whole, detail)
+        else:
+            toks, lengths, counts, *extra = self._step_python(
+                handles, tokens, num_tokens, num_prompt_tokens, budgets, rows, token_offsets,
+                num_accepted, num_emitted, fin, ab, max_len, whole, detail)
+        self._counters.add_step_counts(counts, time.perf_counter() - t0)
+        if detail:
+            return (toks, lengths, *extra)
+        if trees and not whole:  # chains: each node's parent is the one before it
+            starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+            extra = [(np.arange(len(toks)) - starts - 1).astype(np.int32)]
+        return (toks, lengths, extra[0]) if trees else (toks, lengths)
 
     @property
     def _native_step(self) -> bool:
@@ -485,10 +486,11 @@ class SpecDrafter:
 
     def _step_python(self, handles, tokens, num_tokens, num_prompt_tokens, budgets, rows,
                      token_offsets, num_accepted, num_emitted, finished, aborted, max_len,
-                     trees=False):
+                     trees=False, detail=False):
         """Plain-Python twin of the native step (proposers/native/step.h): the specification.
 
-        ``trees``: keep tree drafts whole and return their parents as a fourth entry."""
+        ``trees``: keep tree drafts whole and return their parents as a fourth entry.
+        ``detail``: return the drafts' parents, probs and each row's root match length."""
         R = len(handles)
         num_tokens = _row_array(num_tokens, R, "num_tokens")
         num_prompt = _row_array(num_prompt_tokens, R, "num_prompt_tokens")
@@ -594,15 +596,23 @@ class SpecDrafter:
         lengths = np.zeros(len(handles), dtype=np.int32)
         out: list[int] = []
         out_parents: list[int] = []
+        out_probs: list[float] = []
+        match_lens = np.zeros(len(handles) if detail else 0, dtype=np.int32)
         for h, j, t, k in zip(keys, rows, drafts, counts):
             t = t.truncate(k)
             if ctl is not None:  # the chain it will see verified: a tree's best path
                 ctl.sent(h, t.chain_probs(), t.match_len)
             out.extend(t.token_ids)
             out_parents.extend(t.parents)
+            out_probs.extend(t.probs)
             lengths[j] = len(t)
+            if detail:
+                match_lens[j] = t.match_len
         result = (np.array(out, dtype=np.int32), lengths,
                   (started, n_fin, n_ab, accepted, int(np.count_nonzero(lengths)), len(out)))
+        if detail:
+            return result + (np.array(out_parents, dtype=np.int32),
+                             np.array(out_probs, dtype=np.float64), match_lens)
         return result + (np.array(out_parents, dtype=np.int32),) if trees else result
 
     def reset(self) -> None:

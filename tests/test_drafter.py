@@ -210,7 +210,12 @@ def test_bad_calls_raise_clear_errors():
     with pytest.raises(KeyError, match="already started"):
         d.start("a", [1])
     with pytest.raises(ValueError, match="budget"):
-        d.draft_batch(["a"], -1)
+        d.draft("a", -1)
+    with pytest.raises(KeyError, match="unknown request id 'nope'"):
+        d.draft("nope", 4)
+    d.set_scope("scoped", "tenant")  # a scope, no history yet: nothing to draft from
+    with pytest.raises(KeyError, match="unknown request id 'scoped'"):
+        d.draft("scoped", 4)
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -298,7 +303,7 @@ def test_measured_step_timings_shorten_drafts_the_prior_thought_free(native):
         d.extend("r", [0], None)
         out = []
         for step in range(30):
-            (tree,) = d.draft_batch(["r"], 16)
+            tree = d.draft("r", 16)
             k = len(tree.best_path().token_ids)
             out.append(k)
             d.extend("r", prompt[(step * 17 + 1) % 40:][:k + 1] or [1], k)
@@ -309,3 +314,37 @@ def test_measured_step_timings_shorten_drafts_the_prior_thought_free(native):
     free, measured = lengths(False), lengths(True)
     assert min(free[5:]) >= 8, free
     assert sum(measured[-15:]) < sum(free[-15:]) / 2, (free, measured)
+
+
+@pytest.mark.parametrize("strategy", ["suffix", "tree", "lookup"])
+@pytest.mark.parametrize("chain_only", [False, True])
+def test_draft_is_a_one_row_step_on_both_cores(strategy, chain_only):
+    """``draft`` is a one-row ``step`` that brings no new tokens: the same tree (whole for the
+    tree strategy unless chain_only; node probabilities and root match length included) on the
+    native and the Python core, with the controller's state moving alike, and the same as that
+    step's own drafts."""
+    rng = random.Random(3)
+    seq = [rng.randrange(6) for _ in range(300)]
+    got = []
+    for native in (True, False):
+        d = make_drafter({"strategy": strategy, "native": native, "max_children": 3,
+                          "cost_model": "cpu-bf16"}, chain_only=chain_only)
+        d.start("t", seq[:200])
+        out = []
+        for i, budget in enumerate((1, 4, 16, 32, 8, 8)):
+            t = d.draft("t", budget)
+            assert len(t) <= budget and len(t.probs) == len(t) and t.match_len >= 0
+            assert all(-1 <= p < j for j, p in enumerate(t.parents))
+            out.append((t.token_ids, t.parents, t.probs, t.match_len))
+            d.extend("t", seq[200 + 3 * i:203 + 3 * i], min(2, len(t)))
+        n = d.num_tokens("t")
+        step = d.step(["t"], [], [n], [n], [8], token_offsets=[0, 0], trees=True)
+        out.append((step.tokens.tolist(), step.parents.tolist()))
+        out.append(d.metrics()["chosen_draft_lengths"])
+        got.append(out)
+        if strategy == "tree" and not chain_only:
+            assert any(tp != list(range(-1, len(tp) - 1)) for _, tp, _, _ in out[:-2])
+        elif strategy != "lookup":
+            assert all(tp == list(range(-1, len(tp) - 1)) for _, tp, _, _ in out[:-2])
+    if strategy != "lookup":  # lookup has one core
+        assert got[0] == got[1]

@@ -146,7 +146,7 @@ def test_requests_draft_only_within_their_cache_salt():
 def test_one_engine_step_per_batch_and_no_per_request_calls():
     corpus, drafter = corpus_and_drafter()
     calls = []
-    for name in ("step", "start", "extend", "finish", "abort", "draft_batch"):
+    for name in ("step", "start", "extend", "finish", "abort", "draft"):
         original = getattr(drafter, name)
 
         def spy(*args, _name=name, _original=original, **kwargs):

@@ -7,7 +7,7 @@ tokens, are accepted or not, are reordered, preempted, finished, aborted and res
 history shrinks), with small global caches so eviction happens; every step both must return the
 same drafts and the same chosen lengths, and the same counters at the end. The controller alone
 is compared the same way on random drafts, acceptances and step timings. The step is also
-checked against the per-request API it replaces (start/extend/draft_batch/finish/abort).
+checked against the per-request API (start/extend/draft/finish/abort).
 """
 
 from __future__ import annotations
@@ -281,8 +281,10 @@ def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive,
 @given(seed=st.integers(0, 2**32 - 1), strategy=st.sampled_from(["suffix", "lookup", "tree"]),
        native_core=st.booleans(), trees=st.booleans(), adaptive=st.booleans())
 def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core, trees, adaptive):
-    """Same events through start/extend/draft_batch/finish (RequestSync) and through step
-    (trees: whole tree drafts from both, as a tree verifier takes them)."""
+    """Same events through start/extend/finish/abort (RequestSync), then a step that brings no
+    new tokens (and, without the controller, ``draft`` of each row: a one-row step), against
+    one step that syncs the rows itself (trees: whole tree drafts from both, as a tree verifier
+    takes them)."""
     rng = random.Random(seed)
     vocab, budget = 12, 6
     opts = {"strategy": strategy, "global_cache_tokens": 500, "max_depth": 6,
@@ -307,11 +309,20 @@ def test_step_drafts_what_the_per_request_api_drafts(seed, strategy, native_core
                           num_drafted=budget if use[j] else 0, num_emitted=int(e[j])))
         # RequestSync derives the accepted count from what was emitted; step is given it
         kw["num_accepted"] = np.where(use, np.clip(e - 1, 0, budget), -1)
-        want = a.draft_batch(ids, budget)
+        if not adaptive:  # without the controller a row's draft does not depend on the batch
+            one = [a.draft(rid, budget) for rid in ids]
+        held = [a.num_tokens(rid) for rid in ids]
+        assert held == n.tolist()
+        want = a.step(ids, np.zeros(0, dtype=np.int32), held, held, budgets,
+                      token_offsets=np.zeros(len(ids) + 1, dtype=np.int64), trees=trees)
         got = b.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
-        assert got.rows() == [t.token_ids for t in want]
+        assert got.rows() == want.rows()
         if trees:
-            assert [t.parents for t in got.trees()] == [t.parents for t in want]
+            assert got.parents.tolist() == want.parents.tolist()
+        if not adaptive:
+            assert [t.token_ids for t in one] == got.rows()
+            if trees:
+                assert [t.parents for t in one] == [t.parents for t in got.trees()]
         engine.after_step(ids)
     assert a.counters.accepted_tokens == b.counters.accepted_tokens
     assert a.counters.finished == b.counters.finished

@@ -120,7 +120,7 @@ def test_with_the_real_drafter():
     sync = RequestSync(d)
     toks = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
     sync.sync(Row("r", toks, 8, 10, num_emitted=2))
-    tree = d.draft_batch(["r"], 4)[0]
+    tree = d.draft("r", 4)
     assert tree.token_ids[:2] == [7, 8]
     sync.drop("r", aborted=False)
     assert not d.has("r") and d.counters.finished == 1

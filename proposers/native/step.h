@@ -35,6 +35,7 @@ struct StepInput {
   int64_t vocab_size = 0;                 // token ids must be < this (<= 0: int32 range)
   bool tree = false;                      // draft trees (reduced to their best chain unless `trees`)
   bool trees = false;                     // return each row's whole draft, with its parents
+  bool detail = false;                    // also each draft's parents, probs and match length
 };
 
 struct StepCounts {
@@ -47,7 +48,9 @@ struct StepCounts {
 struct StepOutput {
   std::vector<int32_t> tokens;   // the rows' drafts, concatenated in row order
   std::vector<int32_t> lengths;  // draft length of each row
-  std::vector<int32_t> parents;  // with `trees`: each node's parent within its row's draft (-1: root)
+  std::vector<int32_t> parents;  // with `trees` or `detail`: each node's parent within its row's draft (-1: root)
+  std::vector<double> probs;     // with `detail`: each node's probability given its parent
+  std::vector<int32_t> match_lens;  // with `detail`: each row's draft's root match length (0: no draft)
   StepCounts counts;
 };
 
@@ -87,6 +90,8 @@ class Stepper {
   void run(SuffixCore& core, DraftLengthController* ctl, const StepInput& in, StepOutput& out) {
     out.tokens.clear();
     out.parents.clear();
+    out.probs.clear();
+    out.match_lens.assign(in.detail ? in.num_rows : 0, 0);
     out.lengths.assign(in.num_rows, 0);
     out.counts = StepCounts{};
     for (size_t i = 0; i < in.num_finished; ++i) {
@@ -156,13 +161,18 @@ class Stepper {
       const int64_t k = std::max<int64_t>(0, std::min<int64_t>(counts_[r], offsets_[r + 1] - a));
       if (ctl) sent(ctl, r, a, k, in.trees);
       out.tokens.insert(out.tokens.end(), toks_.begin() + a, toks_.begin() + a + k);
-      if (in.trees) out.parents.insert(out.parents.end(), parents_.begin() + a, parents_.begin() + a + k);
+      if (in.trees || in.detail)
+        out.parents.insert(out.parents.end(), parents_.begin() + a, parents_.begin() + a + k);
+      if (in.detail) {
+        out.probs.insert(out.probs.end(), probs_.begin() + a, probs_.begin() + a + k);
+        out.match_lens[rows_[r]] = (int32_t)match_lens_[r];
+      }
       out.lengths[rows_[r]] = (int32_t)k;
     }
   }
 
  private:
-  // The controller learns the chain it will see verified: a tree's best path (draft_batch).
+  // The controller learns the chain it will see verified: a tree's best path (DraftTree.chain_probs).
   void sent(DraftLengthController* ctl, size_t r, int64_t a, int64_t k, bool whole_trees) {
     bool chain = true;  // without whole trees every draft is a chain
     for (int64_t i = 0; whole_trees && i < k && chain; ++i) chain = parents_[(size_t)(a + i)] == (int32_t)i - 1;

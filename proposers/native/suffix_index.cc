@@ -139,7 +139,7 @@ std::vector<int64_t> row_ints(py::handle obj, size_t n, const char* name, int64_
 py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens, py::handle num_tokens_obj,
                    py::handle num_prompt_obj, py::handle budgets_obj, py::handle rows_obj, py::handle offsets_obj,
                    py::handle accepted_obj, py::handle emitted_obj, py::handle finished_obj, py::handle aborted_obj,
-                   int64_t vocab_size, bool tree, int64_t max_len, bool trees) {
+                   int64_t vocab_size, bool tree, int64_t max_len, bool trees, bool detail) {
   std::vector<int64_t> handles = ints_of<int64_t>(handles_obj);
   const size_t n = handles.size();
   std::vector<int64_t> num_tokens = row_ints(num_tokens_obj, n, "num_tokens", 0, false);
@@ -188,6 +188,7 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
   in.vocab_size = vocab_size;
   in.tree = tree;
   in.trees = trees;
+  in.detail = detail;
   StepOutput out;  // a copy taken under the lock: another thread's step may reuse step_out
   locked<NoGil>(self, [&] {
     self.stepper.run(self.core, self.ctl.get(), in, self.step_out);
@@ -202,11 +203,16 @@ py::tuple run_step(PyCore& self, py::handle handles_obj, const I32Array& tokens,
   const StepCounts& c = out.counts;
   py::tuple counts =
       py::make_tuple(c.started, c.finished, c.aborted, c.accepted, drafts, (int64_t)out.tokens.size());
-  if (!trees) return py::make_tuple(toks, lens, counts);
+  if (!trees && !detail) return py::make_tuple(toks, lens, counts);
   py::array_t<int32_t> parents((py::ssize_t)out.parents.size());
   if (!out.parents.empty())
     std::memcpy(parents.mutable_data(), out.parents.data(), out.parents.size() * sizeof(int32_t));
-  return py::make_tuple(toks, lens, counts, parents);
+  if (!detail) return py::make_tuple(toks, lens, counts, parents);
+  py::array_t<double> probs((py::ssize_t)out.probs.size());
+  if (!out.probs.empty()) std::memcpy(probs.mutable_data(), out.probs.data(), out.probs.size() * sizeof(double));
+  py::array_t<int32_t> match_lens((py::ssize_t)n);
+  if (n) std::memcpy(match_lens.mutable_data(), out.match_lens.data(), n * sizeof(int32_t));
+  return py::make_tuple(toks, lens, counts, parents, probs, match_lens);
 }
 
 // vLLM's list[list[int]] for `num_rows` batch rows from the drafts of the rows given (`rows`:
@@ -491,11 +497,13 @@ PYBIND11_MODULE(_suffix_native, m) {
            py::arg("token_offsets") = py::none(), py::arg("num_accepted") = py::none(),
            py::arg("num_emitted") = py::none(), py::arg("finished") = py::none(), py::arg("aborted") = py::none(),
            py::arg("vocab_size") = 0, py::arg("tree") = false, py::arg("max_len") = -1,
-           py::arg("trees") = false,
+           py::arg("trees") = false, py::arg("detail") = false,
            "One engine step over flat arrays (see SpecDrafter.step): finish/abort, sync every row, draft, "
            "size the drafts with the controller. Returns (tokens int32[sum], lengths int32[rows], "
            "(started, finished, aborted, accepted, drafts, drafted_tokens)), and with trees=True the "
-           "whole tree drafts and their parents int32[sum] as a fourth entry. GIL released.")
+           "whole tree drafts and their parents int32[sum] as a fourth entry; with detail=True the "
+           "drafts' parents, probs float64[sum] and root match lengths int32[rows] follow (a "
+           "per-request draft's DraftTree). GIL released.")
       .def("set_controller",
            [](PyCore& s, py::handle curve, double cost_prior, double calibration_prior, double request_prior,
               double request_decay, double idle_decay, double min_gain, py::handle cost_params,
