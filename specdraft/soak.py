@@ -480,13 +480,18 @@ class Soak:
                 self.event("last_request_cancelled", cancelled=self.counts["cancelled"])
             sampler_task.cancel()
             # settle: specdraft's counters reach /metrics through a snapshot written every 0.25 s
+            # (two reads 1 s apart, after 2 s, so that a read before the last request's start
+            # reached the snapshot does not end the wait)
             deadline = time.monotonic() + a.settle
+            await asyncio.sleep(2)
+            zeros = 0
             while time.monotonic() < deadline:
                 m = await self.metrics(session)
-                if m.get("live") == 0:
+                zeros = zeros + 1 if m.get("live") == 0 else 0
+                if zeros == 2:
                     break
                 await asyncio.sleep(1)
-            await asyncio.sleep(2)
+            await asyncio.sleep(1)
             await self.sample(session)
             self.event("settled", live=self.samples[-1]["live"])
             # evidence, not a condition: one short request more, then the live count again (end
