@@ -172,14 +172,20 @@ class VllmStep:
     def step_begin(self, finished: Any, num_scheduled_tokens: int, started_at: float,
                    scopes: Any) -> None:
         """The runner hooks' ``step_begin`` (specdraft.adapters.vllm_hooks.RunnerHooks); steps
-        that ended no request and started none go to ``step_started`` instead."""
+        that ended no request and started none go to ``step_started`` instead. A step that
+        schedules nothing (how vLLM hands an idle server's last ends to the worker) has no
+        ``propose`` after it: its ends are applied at once."""
         for req_id, aborted in finished:
             (self.aborted if aborted else self.finished).append(req_id)
             self.rules.pop(req_id)
         for req_id, scope in scopes:  # before its first row: it starts in its scope
             if not self.drafter.has(req_id):
                 self.drafter.set_scope(req_id, scope)
-        self.step_started = (num_scheduled_tokens, started_at)
+        if num_scheduled_tokens:
+            self.step_started = (num_scheduled_tokens, started_at)
+        else:
+            self.step_started = None
+            self.apply_end_events()
 
     def count_pass(self, rows: int, tokens: int, seconds: float) -> None:
         self.pass_log.append((rows, tokens, seconds))

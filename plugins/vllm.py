@@ -148,7 +148,7 @@ class SpecdraftProposer:
         # what the adapter's runner wrappers and worker methods call (every step: the step's
         # methods themselves, bound once)
         self.specdraft_hooks = RunnerHooks(
-            step_begin=self.steps.step_begin, bind=self._bind,
+            step_begin=self._step_begin, bind=self._bind,
             # every step: C-level setattrs, no Python frame
             step_started=functools.partial(setattr, self.steps, "step_started"),
             unbind=functools.partial(setattr, self.steps, "view", None),
@@ -214,6 +214,14 @@ class SpecdraftProposer:
         self.drafter = self.build_drafter(*self._drafter_args)
         self.steps.set_drafter(self.drafter)
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
+
+    def _step_begin(self, finished: Any, num_scheduled_tokens: int, started_at: float,
+                    scopes: Any) -> None:
+        """The runner hooks' ``step_begin``; a step that schedules nothing applied the ends it
+        brought (``VllmStep.step_begin``), which /metrics shows without waiting for a step."""
+        self.steps.step_begin(finished, num_scheduled_tokens, started_at, scopes)
+        if not num_scheduled_tokens:
+            self._publish()
 
     def _bind(self, runner: Any, scheduler_output: Any, sampled_token_ids: Any) -> None:
         """The runner hooks' ``bind``: the step's view for ``propose`` (one ``StepView``, pointed

@@ -49,9 +49,9 @@ class _Runner:
                                     slot_mappings=None)
 
 
-def _out(finished=(), scheduled=None, invalid=None):
+def _out(finished=(), scheduled=None, invalid=None, tokens=3):
     return SimpleNamespace(finished_req_ids=set(finished), scheduled_new_reqs=[],
-                           total_num_scheduled_tokens=3, num_spec_tokens_to_schedule=K,
+                           total_num_scheduled_tokens=tokens, num_spec_tokens_to_schedule=K,
                            scheduled_spec_decode_tokens=scheduled or {},
                            num_invalid_spec_tokens=invalid)
 
@@ -128,6 +128,22 @@ def test_ends_reported_in_steps_without_propose_are_applied_when_metrics_are_rea
     m = worker_module._worker_drafter_metrics(wrapper)
     assert m["live_requests"] == 0 and m["finished"] == 1 and m["global_cache_tokens"] == 2  # its output
     assert prop.counters["errors"] == 0 and not prop.drafter.has("a")
+
+
+def test_ends_in_a_step_that_schedules_nothing_are_applied_at_once(hooked):
+    """An idle server's last ends (a cancelled stream, say) reach the worker in a step that
+    schedules nothing and has no ``propose``: the drafter lets the request go in that step, so
+    the live-request count is back to 0 without waiting for the next request."""
+    from specdraft.plugins.vllm import SuffixProposer
+
+    prop = SuffixProposer(_config())
+    runner = hooked(prop)
+    _step(runner, [5, 6, 7, 8], [[8]], _out())
+    assert prop.drafter.has("a")
+    runner.requests.pop("a")  # aborted: vLLM's runner drops its state in that step too
+    assert runner.execute_model(_out(finished={"a"}, tokens=0)) == "executed"
+    assert not prop.drafter.has("a") and prop.drafter.counters.aborted == 1
+    assert prop._snapshot()["requests_aborted"] == 1 and prop.counters["errors"] == 0
 
 
 def test_a_failing_step_begin_is_counted_and_the_engine_steps_on(hooked, monkeypatch):
