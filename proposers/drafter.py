@@ -65,29 +65,14 @@ def make_core(cfg: DrafterConfig):
     return (cls or SuffixCore)(**kwargs)
 
 
-class _NativeCostModel:
-    def __init__(self, core):
-        self._core = core
-
-    def cost(self, tokens: float, requests: int = 1, context: float = 0.0,
-             longest: float | None = None) -> float:
-        return self._core.ctl_cost(tokens, requests, context, -1.0 if longest is None else longest)
-
-    def observe(self, tokens: int, seconds: float, requests: int | None = None,
-                context: float | None = None, longest: float | None = None) -> None:
-        if requests is None:
-            self._core.ctl_cost_observe(int(tokens), float(seconds))
-        else:
-            self._core.ctl_cost_observe(int(tokens), float(seconds), int(requests),
-                                        float(context or 0.0), -1.0 if longest is None else longest)
-
-
 class NativeController:
-    """``DraftLengthController``'s interface over the native controller held by the core.
+    """The per-request API's view of the native controller held by the core.
 
-    The native step sizes drafts inside the core, so the per-request API must use the same
-    controller state: this object forwards to it.
-    """
+    The native step sizes the drafts inside the core (``draft`` is a step too); what reaches that
+    controller from outside a step goes through this object: accepted counts given to
+    ``extend`` (``observe``), pass timings (``observe_pass``, from ``report_step``), requests
+    that leave outside a step (``forget``), and what metrics and tests read (``calibrated``,
+    ``chosen_lengths``)."""
 
     def __init__(self, core, cfg: DrafterConfig):
         params, points = cost_spec(cfg.cost_model)
@@ -95,7 +80,6 @@ class NativeController:
                             cfg.request_decay, cfg.idle_decay, cfg.min_gain, params,
                             cfg.max_waste, cfg.match_prior, cfg.max_scopes)
         self._core = core
-        self.cost_model = _NativeCostModel(core)
 
     def observe(self, key, num_accepted: int) -> None:
         self._core.ctl_observe(key, int(num_accepted))
@@ -106,23 +90,8 @@ class NativeController:
     def forget(self, key) -> None:
         self._core.ctl_forget(key)
 
-    def choose(self, keys, drafts, contexts=None, batch=None, match_lens=None) -> list[int]:
-        return self._core.ctl_choose(list(keys), [(list(pa), list(pr)) for pa, pr in drafts],
-                                     None if contexts is None else [int(c) for c in contexts],
-                                     None if batch is None else tuple(batch),
-                                     None if match_lens is None else [int(m) for m in match_lens])
-
-    def sent(self, key, probs, match_len: int = 0) -> None:
-        self._core.ctl_sent(key, list(probs) if probs else [], int(match_len))
-
-    def path_gains(self, key, parents, probs, match_len: int = 0) -> list[float]:
-        return self._core.ctl_path_gains(key, list(parents), list(probs), int(match_len))
-
     def calibrated(self, p: float, scope: str | None = None) -> float:
         return self._core.ctl_calibrated(p, scope)
-
-    def request_factor(self, key) -> float:
-        return self._core.ctl_request_factor(key)
 
     @property
     def chosen_lengths(self) -> dict[int, int]:

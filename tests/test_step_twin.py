@@ -5,8 +5,9 @@ plain-Python twins (``SpecDrafter._step_python``, proposers/controller.py) that 
 specification. Random engine runs drive both with the same flat arrays: requests arrive, emit
 tokens, are accepted or not, are reordered, preempted, finished, aborted and restarted (their
 history shrinks), with small global caches so eviction happens; every step both must return the
-same drafts and the same chosen lengths, and the same counters at the end. The controller alone
-is compared the same way on random drafts, acceptances and step timings. The step is also
+same drafts and the same chosen lengths, and the same counters at the end. The controller is
+compared the same way through the step over its settings (cost models, floors, waste caps,
+priors), with random acceptances, step timings and per-request drafts. The step is also
 checked against the per-request API (start/extend/draft/finish/abort).
 """
 
@@ -22,108 +23,19 @@ from hypothesis import strategies as st
 from request_sync import RequestSync, Row
 from streams import markov_stream
 from specdraft.proposers import make_drafter
-from specdraft.proposers.controller import COST_MODELS, CostModel, DraftLengthController, cost_spec
+from specdraft.proposers.controller import COST_MODELS
 
 # The native extension is part of what specdraft ships: its absence is a failure, not a skip.
-from specdraft.proposers import _suffix_native as native  # noqa: E402
+from specdraft.proposers import _suffix_native as native  # noqa: E402, F401
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-# ------------------------------------------------------------------------ controller alone
-def _random_tree(rng: random.Random, n: int, chain: bool) -> tuple[list[int], list[float]]:
-    parents = [i - 1 if chain else rng.randrange(-1, i) for i in range(n)]
-    probs = [rng.choice([0.0, 1.0, 0.5, 0.05, 0.995, rng.random()]) for _ in range(n)]
-    return parents, probs
-
-
+# custom cost models: a curve of points, the seven GPU parameters
 CUSTOM = {"custom-curve": [(1, 1.0), (3, 1.2), (40, 2.5), (100, 9.0)],
           "custom-params": {"fixed": 1.0, "kv": 1e-4, "kv_min_batch": 3.0, "attention": 1e-6,
                             "slope": 0.05, "knee": 20.0, "width": 0.0}}
-
-
-def _random_batch(rng: random.Random, batch: list):
-    """What choose is told about the pass: nothing, the requests' contexts, or the whole batch."""
-    mode = rng.random()
-    if mode < 0.3:
-        return {}
-    contexts = [rng.choice([0, 1, rng.randint(0, 9000)]) for _ in batch]
-    if mode < 0.65:
-        return {"contexts": contexts}
-    extra = [rng.randint(0, 9000) for _ in range(rng.randint(0, 70))]
-    every = contexts + extra
-    return {"batch": (len(every), float(sum(every)), float(max(every, default=0)))}
-
-
-@SETTINGS
-@given(seed=st.integers(0, 2**32 - 1), model=st.sampled_from(sorted(COST_MODELS) + sorted(CUSTOM)),
-       min_gain=st.sampled_from([0.0, 0.1, 0.4]), max_waste=st.sampled_from([0.3, 2.0, 64.0]),
-       chain=st.booleans(), match_prior=st.sampled_from([0.0, 0.5, 2.0]))
-def test_native_controller_chooses_what_the_python_controller_chooses(seed, model, min_gain,
-                                                                      max_waste, chain, match_prior):
-    rng = random.Random(seed)
-    spec = CUSTOM.get(model, model)
-    params, points = cost_spec(spec)
-    py = DraftLengthController(CostModel(spec), calibration_prior=rng.choice([1.0, 8.0]),
-                               request_prior=1.0, request_decay=0.9, idle_decay=0.8,
-                               min_gain=min_gain, max_waste=max_waste, match_prior=match_prior)
-    core = native.SuffixCore(max_depth=4)
-    core.set_controller(points, 4.0, py.calibration_prior, 1.0, 0.9, 0.8, min_gain, params, max_waste,
-                        match_prior)
-
-    def match_len():
-        return rng.choice([0, 1, 2, 3, 5, 9, 17, 24, rng.randint(0, 40)])
-
-    keys = list(range(6))
-    shapes = [(1, 0.0, None), (8, 8 * 2048.0, None), (64, 64 * 3000.0, 8192.0), (3, 100.0, 90.0)]
-    for _ in range(40):
-        op = rng.random()
-        if op < 0.5:
-            batch = rng.sample(keys, rng.randint(0, len(keys)))
-            drafts = [_random_tree(rng, rng.randint(0, 12), chain) for _ in batch]
-            told = _random_batch(rng, batch)
-            if rng.random() < 0.7:
-                told["match_lens"] = [match_len() for _ in batch]
-            want = py.choose(batch, drafts, **told)
-            assert core.ctl_choose(batch, drafts, **told) == want
-            for i, (k, (parents, probs), n) in enumerate(zip(batch, drafts, want)):
-                sent = probs[:n]
-                m = told["match_lens"][i] if "match_lens" in told else 0
-                py.sent(k, sent, m)
-                core.ctl_sent(k, sent, m)
-        elif op < 0.8:
-            k, a = rng.choice(keys), rng.randint(-1, 14)
-            py.observe(k, a)
-            core.ctl_observe(k, a)
-        elif op < 0.9:
-            t, s = rng.randint(0, 300), rng.choice([0.0, rng.random(), 10 * rng.random()])
-            if rng.random() < 0.5:  # the batch last sized
-                py.cost_model.observe(t, s)
-                core.ctl_cost_observe(t, s)
-            else:
-                r, c, longest = rng.choice(shapes)
-                py.cost_model.observe(t, s, r, c, longest)
-                core.ctl_cost_observe(t, s, r, c, -1.0 if longest is None else longest)
-        else:
-            k = rng.choice(keys)
-            py.forget(k)
-            core.ctl_forget(k)
-        for k in keys:
-            assert core.ctl_request_factor(k) == py.request_factor(k)
-        for t in (1, 2, 7, 16, 33, 128, 500):
-            assert core.ctl_cost(t) == py.cost_model.cost(t)
-            for r, c, longest in shapes:
-                assert (core.ctl_cost(t, r, c, -1.0 if longest is None else longest)
-                        == py.cost_model.cost(t, r, c, longest))
-        for p in (0.0, 0.049, 0.05, 0.5, 0.95, 0.999, 1.0):
-            assert core.ctl_calibrated(p) == py.calibrated(p)
-        parents, probs = _random_tree(rng, 8, chain)
-        k = rng.choice(keys)
-        assert core.ctl_path_gains(k, parents, probs) == py.path_gains(k, parents, probs)
-        m = match_len()
-        assert core.ctl_path_gains(k, parents, probs, m) == py.path_gains(k, parents, probs, m)
-    assert core.ctl_chosen_lengths() == py.chosen_lengths
 
 
 # ----------------------------------------------------------------------- engine simulation
@@ -215,6 +127,60 @@ class Engine:
                 del self.live[rid]
                 self.dropped.append(rid)
                 q.pop("seen", None)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 2**32 - 1), model=st.sampled_from(sorted(COST_MODELS) + sorted(CUSTOM)),
+       min_gain=st.sampled_from([0.0, 0.1, 0.4]), max_waste=st.sampled_from([0.3, 2.0, 64.0]),
+       strategy=st.sampled_from(["suffix", "tree"]), trees=st.booleans(),
+       match_prior=st.sampled_from([0.0, 0.5, 2.0]), calibration_prior=st.sampled_from([1.0, 8.0]),
+       idle_decay=st.sampled_from([0.5, 0.8, 1.0]))
+def test_native_controller_sizes_what_the_python_controller_sizes(
+        seed, model, min_gain, max_waste, strategy, trees, match_prior, calibration_prior,
+        idle_decay):
+    """The controller twins through the step on both cores, over the controller's settings: every
+    cost model (presets, curves, custom parameters), floors, waste caps, match priors, calibration
+    priors and idle decays; random accepted counts (the per-request ``extend`` too), step timings
+    (``report_step``) and ``draft``. Every step sizes the same drafts; the chosen lengths and
+    the calibration tables agree."""
+    rng = random.Random(seed)
+    vocab, budget = rng.choice([4, 9, 30]), rng.randint(1, 12)
+    opts = {"strategy": strategy, "global_cache_tokens": rng.choice([60, 400, 100_000]),
+            "max_depth": 6, "cost_model": CUSTOM.get(model, model), "min_gain": min_gain,
+            "max_waste": max_waste, "match_prior": match_prior,
+            "calibration_prior": calibration_prior, "idle_decay": idle_decay,
+            "request_decay": rng.choice([0.5, 0.9])}
+    nat = make_drafter({**opts, "native": True}, chain_only=not trees, vocab_size=vocab)
+    py = make_drafter({**opts, "native": False}, chain_only=not trees, vocab_size=vocab)
+    assert nat.native and not py.native
+    engine = Engine(rng, vocab)
+    for step in range(25):
+        ids, tokens, n, prompts, budgets, kw = engine.step_input("flat", budget)
+        got = nat.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
+        want = py.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
+        assert got.lengths.tolist() == want.lengths.tolist(), step
+        assert got.tokens.tolist() == want.tokens.tolist(), step
+        if trees:
+            assert got.parents.tolist() == want.parents.tolist(), step
+        engine.after_step(ids)
+        for _ in range(rng.randint(0, 2)):  # passes of several sizes and shapes
+            t, s = rng.randint(0, 300), rng.choice([0.0, rng.random(), 10 * rng.random()])
+            nat.report_step(t, s)
+            py.report_step(t, s)
+        if ids and rng.random() < 0.3:  # the per-request path: an accepted count, one draft
+            rid = rng.choice([i for i in ids if i in engine.live] or [None])
+            if rid is not None and nat.num_tokens(rid) >= 0:
+                a = rng.randint(-1, budget)
+                for d in (nat, py):
+                    d.extend(rid, [], None if a < 0 else a)
+                dn, dp = nat.draft(rid, budget), py.draft(rid, budget)
+                assert (dn.token_ids, dn.parents, dn.probs, dn.match_len) == (
+                    dp.token_ids, dp.parents, dp.probs, dp.match_len), step
+    assert nat.metrics()["chosen_draft_lengths"] == py.metrics()["chosen_draft_lengths"]
+    for p in (0.0, 0.049, 0.05, 0.5, 0.95, 0.999, 1.0):
+        assert nat.controller.calibrated(p) == py.controller.calibrated(p)
+    for field in ("drafts", "drafted_tokens", "accepted_tokens"):
+        assert getattr(nat.counters, field) == getattr(py.counters, field), field
 
 
 def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool, cost_model: str = "cpu-fp32",

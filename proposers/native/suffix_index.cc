@@ -4,8 +4,10 @@
 // tests/test_native_twin.py checks that both return identical answers on random streams.
 // Native extensions: memory_bytes(), evict_global(), compact_global().
 // The engine step (`step`, native twin of SpecDrafter._step_python) and the draft-length
-// controller (`ctl_*`, native twin of proposers/controller.py) live on the core, so that one call
-// with flat arrays does a whole step with the GIL released.
+// controller (native twin of proposers/controller.py) live on the core, so that one call with
+// flat arrays does a whole step with the GIL released. `ctl_*` are the controller's entries
+// outside a step: accepted counts given per request, pass timings, requests that leave outside a
+// step, and what metrics read (calibration, chosen lengths).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -557,102 +559,12 @@ PYBIND11_MODULE(_suffix_native, m) {
            [](PyCore& s, int64_t h) {
              return locked(s, [&] { controller_of(s).forget(h); });
            })
-      .def("ctl_sent",
-           [](PyCore& s, int64_t h, py::handle probs, int64_t match_len) {
-             std::vector<double> p = doubles_of(probs);
-             return locked(s, [&] { controller_of(s).sent(h, p.data(), p.size(), match_len); });
-           },
-           py::arg("key"), py::arg("probs"), py::arg("match_len") = 0)
-      .def("ctl_choose",
-           [](PyCore& s, py::handle keys, py::handle drafts, py::handle contexts, py::handle batch,
-              py::handle match_lens) {
-             std::vector<int64_t> ks = ints_of<int64_t>(keys);
-             std::vector<int32_t> parents;
-             std::vector<double> probs;
-             std::vector<int64_t> off{0};
-             for (py::handle d : drafts) {
-               py::sequence q = py::reinterpret_borrow<py::sequence>(d);
-               std::vector<int32_t> pa = ints_of<int32_t>(q[0]);
-               std::vector<double> pr = doubles_of(q[1]);
-               if (pa.size() != pr.size()) throw ValueErr{"parents and probs differ in length"};
-               parents.insert(parents.end(), pa.begin(), pa.end());
-               probs.insert(probs.end(), pr.begin(), pr.end());
-               off.push_back((int64_t)parents.size());
-             }
-             if (off.size() != ks.size() + 1) throw ValueErr{"one draft per key is needed"};
-             BatchShape shape{(int64_t)ks.size(), 0.0, 0.0};
-             if (!batch.is_none()) {
-               py::sequence b = py::reinterpret_borrow<py::sequence>(batch);
-               shape = BatchShape{b[0].cast<int64_t>(), b[1].cast<double>(), b[2].cast<double>()};
-             } else if (!contexts.is_none()) {
-               std::vector<int64_t> cs = ints_of<int64_t>(contexts);
-               if (cs.size() != ks.size()) throw ValueErr{"one context per key is needed"};
-               int64_t sum = 0, longest = 0;
-               for (int64_t c : cs) {
-                 sum += c;
-                 longest = std::max(longest, c);
-               }
-               shape.context = (double)sum;
-               shape.longest = (double)longest;
-             }
-             std::vector<int64_t> mls(ks.size(), 0);
-             if (!match_lens.is_none()) {
-               mls = ints_of<int64_t>(match_lens);
-               if (mls.size() != ks.size()) throw ValueErr{"one match length per key is needed"};
-             }
-             std::vector<int64_t> counts(ks.size());
-             locked(s, [&] {
-               controller_of(s).choose(ks.data(), ks.size(), parents.data(), probs.data(), off.data(), shape,
-                                       counts.data(), mls.data());
-             });
-             py::list res(counts.size());
-             for (size_t i = 0; i < counts.size(); ++i) res[i] = py::int_(counts[i]);
-             return res;
-           },
-           py::arg("keys"), py::arg("drafts"), py::arg("contexts") = py::none(), py::arg("batch") = py::none(),
-           py::arg("match_lens") = py::none())
-      .def("ctl_path_gains",
-           [](PyCore& s, int64_t h, py::handle parents, py::handle probs, int64_t match_len) {
-             std::vector<int32_t> pa = ints_of<int32_t>(parents);
-             std::vector<double> pr = doubles_of(probs);
-             std::vector<double> out;
-             return locked(s, [&] {
-               controller_of(s).path_gains(h, pa.data(), pr.data(), std::min(pa.size(), pr.size()), match_len,
-                                           out);
-               py::list res(out.size());
-               for (size_t i = 0; i < out.size(); ++i) res[i] = py::float_(out[i]);
-               return res;
-             });
-           },
-           py::arg("key"), py::arg("parents"), py::arg("probs"), py::arg("match_len") = 0)
       .def("ctl_calibrated",
            [](PyCore& s, double p, py::handle scope) {
              std::optional<std::string> k = scope_key(scope);
              return locked(s, [&] { return controller_of(s).calibrated(p, k ? &*k : nullptr); });
            },
            py::arg("p"), py::arg("scope") = py::none())
-      .def("ctl_request_factor",
-           [](PyCore& s, int64_t h) {
-             return locked(s, [&] { return controller_of(s).request_factor(h); });
-           })
-      .def("ctl_cost",
-           [](PyCore& s, double tokens, int64_t requests, double context, double longest) {
-             if (longest < 0) longest = requests > 0 ? context / (double)requests : 0.0;
-             return locked(s, [&] {
-               return controller_of(s).cost_model().cost(tokens, BatchShape{requests, context, longest});
-             });
-           },
-           py::arg("tokens"), py::arg("requests") = 1, py::arg("context") = 0.0, py::arg("longest") = -1.0)
-      .def("ctl_cost_observe",
-           [](PyCore& s, int64_t tokens, double seconds, int64_t requests, double context, double longest) {
-             if (longest < 0) longest = requests > 0 ? context / (double)requests : 0.0;
-             BatchShape b{requests, context, longest};
-             return locked(s, [&] {
-               controller_of(s).cost_model().observe(tokens, seconds, requests >= 0 ? &b : nullptr);
-             });
-           },
-           py::arg("tokens"), py::arg("seconds"), py::arg("requests") = -1, py::arg("context") = 0.0,
-           py::arg("longest") = -1.0, "requests < 0: the batch last sized")
       .def("ctl_chosen_lengths",
            [](PyCore& s) {
              return locked(s, [&] {
