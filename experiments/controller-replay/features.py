@@ -24,7 +24,7 @@ for wl in wls:
         pos = 1; d.extend(key, out[:1], None)
         prev_any, prev_full, ema = None, None, 0.5
         while pos < min(len(out), 128):
-            [t] = d.draft_batch([key], 16)
+            t = d.draft(key, 16)
             toks = t.token_ids if t.is_chain() else t.best_path().token_ids
             probs = t.chain_probs()
             a = 0
