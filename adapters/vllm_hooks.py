@@ -28,9 +28,8 @@ class RunnerHooks:
     # start time), one tuple, so that the proposer can take it without a Python frame
     step_started: Callable[[tuple[int, float]], None]
     # around propose: vLLM's runner and scheduler output (the proposer's adapter ``StepView``
-    # reads them) and the rows vLLM sampled this step, whose verified drafts the proposer counts
-    # as vLLM counts them (the view's ``verified``) or leaves to its native step
-    bind: Callable[[Any, Any, Any], None]
+    # reads them; the step counts the drafts vLLM verified from its rows)
+    bind: Callable[[Any, Any], None]
     # after propose: the step's view released (the proposer can take it without a Python frame)
     unbind: Callable[[], None]
     # a hook raised: counted and logged; the engine goes on

@@ -163,10 +163,6 @@ class VllmStep:
         # told, and what the engine's verification actually costs by batch and tokens (read by
         # benchmarks, between steps; a step only appends)
         self.pass_log: deque = deque(maxlen=PASS_LOG)
-        self.set_drafter(drafter)
-
-    def set_drafter(self, drafter: Any) -> None:
-        self.drafter = drafter
 
     # -- runner hooks ------------------------------------------------------------------------------
     def step_begin(self, finished: Any, num_scheduled_tokens: int, started_at: float,

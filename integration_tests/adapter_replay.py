@@ -214,7 +214,7 @@ class Driver032:
         out = SimpleNamespace(
             scheduled_spec_decode_tokens={r.req_id: v for r, v in zip(batch, verified) if v},
             num_spec_tokens_to_schedule=num_spec)
-        hooks.bind(runner, out, emitted)
+        hooks.bind(runner, out)
         drafts = self.prop.propose(emitted, num_tokens, buf, slot_mappings=None)
         hooks.unbind()
         assert self.prop.counters["errors"] == 0, "the 0.32 proposer failed"

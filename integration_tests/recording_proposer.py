@@ -47,9 +47,9 @@ class RecordingSuffixProposer(SuffixProposer):
             self._scored = pair[0]
             started(pair)
 
-        def bound(runner, scheduler_output, sampled):
+        def bound(runner, scheduler_output):
             self._bound = (runner, scheduler_output)
-            bind(runner, scheduler_output, sampled)
+            bind(runner, scheduler_output)
 
         hooks.step_begin, hooks.step_started, hooks.bind = step_begin, step_started, bound
 

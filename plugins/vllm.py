@@ -212,7 +212,7 @@ class SpecdraftProposer:
         self.steps.pass_log.clear()
         self._count_lengths()  # the counters of the drafter that goes
         self.drafter = self.build_drafter(*self._drafter_args)
-        self.steps.set_drafter(self.drafter)
+        self.steps.drafter = self.drafter
         return {"dropped_requests": live, "dropped_cache_tokens": cached}
 
     def _step_begin(self, finished: Any, num_scheduled_tokens: int, started_at: float,
@@ -223,7 +223,7 @@ class SpecdraftProposer:
         if not num_scheduled_tokens:
             self._publish()
 
-    def _bind(self, runner: Any, scheduler_output: Any, sampled_token_ids: Any) -> None:
+    def _bind(self, runner: Any, scheduler_output: Any) -> None:
         """The runner hooks' ``bind``: the step's view for ``propose`` (one ``StepView``, pointed
         at this step's runner and scheduler output; None after it: the hooks' ``unbind``). The
         drafts vLLM verified in this step are counted by the step itself (``_propose``)."""

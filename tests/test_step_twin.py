@@ -150,18 +150,11 @@ def test_native_controller_sizes_what_the_python_controller_sizes(
             "max_waste": max_waste, "match_prior": match_prior,
             "calibration_prior": calibration_prior, "idle_decay": idle_decay,
             "request_decay": rng.choice([0.5, 0.9])}
-    nat = make_drafter({**opts, "native": True}, chain_only=not trees, vocab_size=vocab)
-    py = make_drafter({**opts, "native": False}, chain_only=not trees, vocab_size=vocab)
-    assert nat.native and not py.native
+    nat, py = _pair(opts, vocab, trees)
     engine = Engine(rng, vocab)
     for step in range(25):
         ids, tokens, n, prompts, budgets, kw = engine.step_input("flat", budget)
-        got = nat.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
-        want = py.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
-        assert got.lengths.tolist() == want.lengths.tolist(), step
-        assert got.tokens.tolist() == want.tokens.tolist(), step
-        if trees:
-            assert got.parents.tolist() == want.parents.tolist(), step
+        _step_both(nat, py, step, ids, tokens, n, prompts, budgets, trees, kw)
         engine.after_step(ids)
         for _ in range(rng.randint(0, 2)):  # passes of several sizes and shapes
             t, s = rng.randint(0, 300), rng.choice([0.0, rng.random(), 10 * rng.random()])
@@ -183,15 +176,31 @@ def test_native_controller_sizes_what_the_python_controller_sizes(
         assert getattr(nat.counters, field) == getattr(py.counters, field), field
 
 
+def _pair(opts: dict, vocab: int, trees: bool):
+    """The same drafter on the native core and on the Python core."""
+    nat = make_drafter({**opts, "native": True}, chain_only=not trees, vocab_size=vocab)
+    py = make_drafter({**opts, "native": False}, chain_only=not trees, vocab_size=vocab)
+    assert nat.native and not py.native
+    return nat, py
+
+
+def _step_both(nat, py, step: int, ids, tokens, n, prompts, budgets, trees: bool, kw: dict):
+    """One step on the native and the Python drafter: the same drafts (and tree parents)."""
+    got = nat.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
+    want = py.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
+    assert got.lengths.tolist() == want.lengths.tolist(), step
+    assert got.tokens.tolist() == want.tokens.tolist(), step
+    if trees:
+        assert got.parents.tolist() == want.parents.tolist(), step
+    return got, want
+
+
 def _drafters(strategy: str, cache: int, vocab: int, adaptive: bool, cost_model: str = "cpu-fp32",
               max_scopes: int = 1024, trees: bool = False):
     opts = {"strategy": strategy, "global_cache_tokens": cache, "max_depth": 6,
             "adaptive": adaptive, "cost_model": cost_model, "min_gain": 0.05,
             "max_scopes": max_scopes}
-    nat = make_drafter({**opts, "native": True}, chain_only=not trees, vocab_size=vocab)
-    py = make_drafter({**opts, "native": False}, chain_only=not trees, vocab_size=vocab)
-    assert nat.native and not py.native
-    return nat, py
+    return _pair(opts, vocab, trees)
 
 
 @SETTINGS
@@ -217,12 +226,8 @@ def test_native_step_equals_python_step(seed, strategy, cache, layout, adaptive,
                 scope = rng.choice([None, "s0", "s1", "s2"])
                 nat.set_scope(rid, scope)
                 py.set_scope(rid, scope)
-        got = nat.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
-        want = py.step(ids, tokens, n, prompts, budgets, trees=trees, **kw)
-        assert got.lengths.tolist() == want.lengths.tolist(), step
-        assert got.tokens.tolist() == want.tokens.tolist(), step
+        got, want = _step_both(nat, py, step, ids, tokens, n, prompts, budgets, trees, kw)
         if trees:
-            assert got.parents.tolist() == want.parents.tolist(), step
             for t in got.trees():
                 assert all(-1 <= p < i for i, p in enumerate(t.parents))
         else:

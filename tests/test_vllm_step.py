@@ -159,7 +159,7 @@ def _run(seed: int, options: dict, k: int, max_model_len: int, steps: int, monke
         for prop in (native, twin):
             if begin:
                 prop.specdraft_hooks.step_begin(list(ended), scored, started_at, ())
-            prop.specdraft_hooks.bind(runner, out, sampled)
+            prop.specdraft_hooks.bind(runner, out)
             answers.append(prop.propose(sampled, num_tokens, buf, slot_mappings=None))
             prop.specdraft_hooks.unbind()
         assert native.counters["errors"] == twin.counters["errors"] == 0, f"step {step}"
@@ -230,7 +230,7 @@ def test_a_bad_token_in_vllms_buffer_costs_one_step_of_drafts_not_the_engine():
         batch = SimpleNamespace(req_ids=["a"], num_prompt_tokens=np.array([7], dtype=np.int32))
         runner = SimpleNamespace(input_batch=batch, requests={"a": req})
         out = SimpleNamespace(scheduled_spec_decode_tokens={}, num_spec_tokens_to_schedule=4)
-        prop.specdraft_hooks.bind(runner, out, sampled)
+        prop.specdraft_hooks.bind(runner, out)
         try:
             return prop.propose(sampled, np.array([n], dtype=np.int32), buf)
         finally:

@@ -249,11 +249,10 @@ def hooked_step_begin(hooks: Any, runner: Any, scheduler_output: Any) -> None:
 def hooked_propose(hooks: Any, propose: Callable, runner: Any, scheduler_output: Any,
                    args: tuple, kwargs: dict) -> Any:
     """The wrapped ``propose_draft_token_ids``: the runner and the scheduler's output bound (the
-    proposer's ``StepView`` over them) with the rows vLLM sampled (whose verified drafts the
-    hooks count), vLLM's ``propose``, then unbound (the benchmark of the proposer's cost calls
-    this too, so it times what the engine runs)."""
+    proposer's ``StepView`` over them), vLLM's ``propose``, then unbound (the benchmark of the
+    proposer's cost calls this too, so it times what the engine runs)."""
     try:
-        hooks.bind(runner, scheduler_output, args[0] if args else kwargs.get("sampled_token_ids"))
+        hooks.bind(runner, scheduler_output)
     except Exception as e:  # noqa: BLE001 - never take the engine down (the view is bound)
         hooks.failed(e)
     try:
