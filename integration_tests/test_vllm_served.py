@@ -41,3 +41,12 @@ def test_served_run_counts_agree_with_vllms(model_path, tmp_path):
     assert result["spec_decode_num_drafts"] == c["vllm:spec_decode_num_drafts"]
     assert result["spec_decode_accepted_tokens"] == c["vllm:spec_decode_num_accepted_tokens"]
     assert run["mal"] > 1
+    # the chart's per-request TPOTs are vLLM's: their median is the result's
+    from statistics import median
+
+    from specdraft.served import request_latencies
+
+    per_request = request_latencies(result)
+    assert len(per_request["ttft"]) == REQUESTS
+    assert abs(median(per_request["tpot"]) - result["median_tpot_ms"]) < 1e-6
+    assert (out / "served-2.png").stat().st_size > 0

@@ -156,7 +156,8 @@ def host_sync_table(result: dict) -> str:
 
 def served_table(result: dict) -> str:
     """``specdraft served``: per load and method, vLLM's latency percentiles and throughput
-    (medians over repeats), MAL from vLLM's counters, and throughput against no speculation."""
+    (medians over repeats), MAL and draft tokens scored / accepted from vLLM's counters, and
+    throughput against no speculation."""
     import statistics
 
     cells: dict = {}
@@ -167,8 +168,12 @@ def served_table(result: dict) -> str:
         values = [r[key] for r in runs if r.get(key) is not None]
         return statistics.median(values) if values else None
 
+    def counted(runs, name):
+        return statistics.median(r["counters"].get(name, 0.0) for r in runs)
+
     lines = ["| load | method | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p50 / p99 ms | "
-             "output tok/s | x none | MAL | runs |", "|---|---|---|---|---|---|---|---|---|"]
+             "output tok/s | x none | MAL | drafted / accepted | runs |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for load in result["loads"]:
         base = med(cells.get((load, "none"), []), "output_throughput")
         for (ld, method), runs in cells.items():
@@ -177,12 +182,15 @@ def served_table(result: dict) -> str:
             tput = med(runs, "output_throughput")
             mal = med(runs, "mal")
             ratio = f"{tput / base:.2f}" if base else "-"
+            drafted = ("-" if mal is None else
+                       f"{counted(runs, 'vllm:spec_decode_num_draft_tokens'):.0f} / "
+                       f"{counted(runs, 'vllm:spec_decode_num_accepted_tokens'):.0f}")
             lines.append(
                 f"| {load} | {method} | {med(runs, 'median_ttft_ms'):.0f} / "
                 f"{med(runs, 'p99_ttft_ms'):.0f} | {med(runs, 'median_tpot_ms'):.1f} / "
                 f"{med(runs, 'p99_tpot_ms'):.1f} | {med(runs, 'median_itl_ms'):.1f} / "
                 f"{med(runs, 'p99_itl_ms'):.1f} | {tput:.1f} | {ratio} | "
-                f"{'-' if mal is None else f'{mal:.2f}'} | {len(runs)} |")
+                f"{'-' if mal is None else f'{mal:.2f}'} | {drafted} | {len(runs)} |")
     return "\n".join(lines) + "\n"
 
 

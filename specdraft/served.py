@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -163,7 +164,8 @@ def bench_serve(base: str, model: str, prompts: Path, rate: str, num_prompts: in
            "--ignore-eos", "--temperature", "0", "--num-prompts", str(num_prompts),
            "--request-rate", str(rate), "--seed", str(seed), "--save-result",
            "--result-dir", str(result_dir), "--result-filename", result_file,
-           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99"]
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+           "--save-detailed"]  # per-request TTFTs and ITLs: the charts' distributions
     if max_concurrency:
         cmd += ["--max-concurrency", str(max_concurrency)]
     log = result_dir / (result_file + ".log")
@@ -224,6 +226,76 @@ def run_one(args, method: str, load: str, repeat: int, prompts: Path, num_prompt
     return row
 
 
+def request_latencies(result: dict) -> dict[str, list[float]]:
+    """Per-request TTFT and TPOT (ms) from a ``--save-detailed`` result, as vLLM's serving
+    benchmark defines them: TPOT = (latency - TTFT) / (output tokens - 1), requests of more than
+    one output token; failed requests (no output) left out."""
+    ttft, tpot = [], []
+    for t, lat, n, err in zip(result["ttfts"], result["latencies"], result["output_lens"],
+                              result.get("errors") or [""] * len(result["ttfts"])):
+        if err or not n:
+            continue
+        ttft.append(t * 1000)
+        if n > 1:
+            tpot.append((lat - t) * 1000 / (n - 1))
+    return {"ttft": ttft, "tpot": tpot}
+
+
+def plot(summary: dict, out_dir: Path) -> list[Path]:
+    """One chart a load: per-request TPOT and TTFT distributions per method (every repeat's
+    requests together), output tok/s per run; written to OUT_DIR/served-LOAD.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = [m for m in METHODS if any(r["method"] == m for r in summary["runs"])]
+    paths = []
+    for load in summary["loads"]:
+        lat = {m: {"ttft": [], "tpot": []} for m in methods}
+        tput = {m: [] for m in methods}
+        for r in summary["runs"]:
+            if r["load"] != load:
+                continue
+            result = json.loads((out_dir / r["result_file"]).read_text())
+            if "ttfts" not in result:  # saved without --save-detailed
+                continue
+            for key, values in request_latencies(result).items():
+                lat[r["method"]][key] += values
+            tput[r["method"]].append(r["output_throughput"])
+        if not any(lat[m]["tpot"] for m in methods):
+            continue
+        fig, ax = plt.subplots(1, 3, figsize=(13, 4.2),
+                               gridspec_kw={"width_ratios": [3, 3, 2]})
+        for a, key, label in ((ax[0], "tpot", "TPOT, ms (per request)"),
+                              (ax[1], "ttft", "TTFT, s (per request)")):
+            scale = 1000 if key == "ttft" else 1
+            data = [[v / scale for v in lat[m][key]] or [float("nan")] for m in methods]
+            a.boxplot(data, showfliers=False, whis=(1, 99))
+            for i, values in enumerate(data, start=1):  # every request as a dot
+                a.plot([i + 0.18] * len(values), values, ".", color=f"C{i - 1}", alpha=0.6)
+            a.set_xticks(range(1, len(methods) + 1), methods)
+            a.set_ylabel(label)
+            a.grid(axis="y", alpha=0.3)
+        for i, m in enumerate(methods):
+            ax[2].bar(i, statistics.median(tput[m]) if tput[m] else 0, color=f"C{i}")
+            ax[2].plot([i] * len(tput[m]), tput[m], "k.")
+        ax[2].set_xticks(range(len(methods)), methods)
+        ax[2].set_ylabel("output tok/s (bar: median of runs)")
+        rate, conc = parse_load(load)
+        what = f"at most {conc} in flight" if conc else (
+            "all at once" if rate == "inf" else f"{rate} req/s, Poisson")
+        fig.suptitle(f"specdraft served: {summary['model']}, {summary.get('workload') or 'all'}, "
+                     f"{summary['dtype']}, k={summary['k']}, load {load} ({what}), "
+                     f"{summary['requests']} requests a run")
+        fig.tight_layout()
+        path = out_dir / f"served-{load}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
 def main(argv=None) -> int:
     ap = cli_parser("specdraft served", __doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m",
@@ -231,6 +303,8 @@ def main(argv=None) -> int:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompts", help="vLLM custom-dataset JSONL ({prompt, output_tokens})")
     src.add_argument("--trace", help="a recorded trace; its requests become the prompts file")
+    src.add_argument("--plot", metavar="JSON", help="only draw the charts of a summary written "
+                     "before (its runs' result files in --out-dir)")
     ap.add_argument("--limit", type=int, default=None, help="first N requests")
     ap.add_argument("--workload", default=None, help="with --trace: only this workload's requests")
     ap.add_argument("--max-output-tokens", type=int, default=None,
@@ -250,6 +324,11 @@ def main(argv=None) -> int:
                     help="vLLM's result files and the servers' logs")
     ap.add_argument("--json", default=None, help="the summary (default: OUT_DIR/served.json)")
     args = ap.parse_args(argv)
+    if args.plot:
+        summary = json.loads(Path(args.plot).read_text())
+        for png in plot(summary, Path(summary.get("out_dir") or args.out_dir)):
+            print(f"[served] chart -> {png}", file=sys.stderr)
+        return 0
     from specdraft.models import model_path
 
     args.model_dir = model_path(args.model) if not os.path.isdir(args.model) else args.model
@@ -283,9 +362,11 @@ def main(argv=None) -> int:
                "max_output_tokens": args.max_output_tokens, "prompts": str(prompts),
                "requests": n, "k": args.k, "specdraft_options": json.loads(args.specdraft_options),
                "dtype": args.dtype, "kv_gib": args.kv_gib, "max_num_seqs": args.max_num_seqs,
-               "loads": args.loads, "runs": rows}
+               "loads": args.loads, "out_dir": str(out_dir), "runs": rows}
     path = Path(args.json) if args.json else out_dir / "served.json"
     path.write_text(json.dumps(summary, indent=1) + "\n")
+    for png in plot(summary, out_dir):
+        print(f"[served] chart -> {png}", file=sys.stderr)
     print(f"[served] {len(rows)} runs -> {path} (vLLM's own results in {out_dir})",
           file=sys.stderr)
     return 0
