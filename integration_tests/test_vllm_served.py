@@ -17,10 +17,11 @@ def test_served_run_counts_agree_with_vllms(model_path, tmp_path):
     out = tmp_path / "served"
     assert main(["--model", model_path, "--trace", str(REPO / "benchmarks/traces/smollm2-135m.jsonl"),
                  "--limit", str(REQUESTS), "--max-output-tokens", str(OUTPUT), "--methods",
-                 "specdraft", "--loads", "2", "--k", "8", "--kv-gib", "1", "--max-num-seqs", "4",
+                 "specdraft", "specdraft-off", "--loads", "2", "--k", "8", "--kv-gib", "1", "--max-num-seqs", "4",
                  "--out-dir", str(out)]) == 0
     summary = json.loads((out / "served.json").read_text())
-    (run,) = summary["runs"]
+    run, off = summary["runs"]
+    assert (run["method"], off["method"]) == ("specdraft", "specdraft-off")
     result = json.loads((out / run["result_file"]).read_text())  # vLLM's own --save-result
     assert result["completed"] == REQUESTS and result["failed"] == 0
     asked = [json.loads(line)["output_tokens"] for line in open(out / "prompts.jsonl")]
@@ -50,3 +51,9 @@ def test_served_run_counts_agree_with_vllms(model_path, tmp_path):
     assert len(per_request["ttft"]) == REQUESTS
     assert abs(median(per_request["tpot"]) - result["median_tpot_ms"]) < 1e-6
     assert (out / "served-2.png").stat().st_size > 0
+    # specdraft-off: the same server, every request opted out through vLLM's client
+    assert off["completed"] == REQUESTS and off["failed"] == 0
+    c = off["counters"]
+    assert c["specdraft:requests"] == 2 * REQUESTS, c  # every one started and finished there
+    assert c["specdraft:proposed_draft_tokens"] == c["specdraft:draft_tokens"] == 0, c
+    assert c.get("vllm:spec_decode_num_draft_tokens", 0) == 0, c

@@ -1,14 +1,15 @@
 """``specdraft served``: vLLM's OpenAI server under open-loop load, measured with vLLM's own client.
 
-For every method (``none``, ``vllm-suffix``, ``vllm-ngram``, ``specdraft``) it starts vLLM's
-OpenAI server on 127.0.0.1 (one method at a time, the same KV budget for each), sends the
-prompts file with ``vllm bench serve --backend openai --dataset-name custom`` at each load of
-``--loads`` (a request rate, Poisson arrivals, ``inf`` for all at once; or ``cN``: all at once
-with at most N requests in flight, vLLM's ``--max-concurrency``), and keeps vLLM's own
-``--save-result`` JSON. Around each run it reads the server's ``/metrics``: vLLM's spec-decode
-counters and specdraft's, so drafts and acceptance are counted by both. Methods are interleaved
-(each repeat runs every method once, in turn) and the server is restarted for every run, so no
-run inherits another's caches.
+For every method (``none``, ``vllm-suffix``, ``vllm-ngram``, ``specdraft``; ``specdraft-off``:
+specdraft's server with every request opted out, so the speculative mode runs and nothing is
+drafted) it starts vLLM's OpenAI server on 127.0.0.1 (one method at a time, the same KV budget
+for each), sends the prompts file with ``vllm bench serve --backend openai --dataset-name
+custom`` at each load of ``--loads`` (a request rate, Poisson arrivals, ``inf`` for all at once;
+or ``cN``: all at once with at most N requests in flight, vLLM's ``--max-concurrency``), and
+keeps vLLM's own ``--save-result`` JSON. Around each run it reads the server's ``/metrics``:
+vLLM's spec-decode counters and specdraft's, so drafts and acceptance are counted by both.
+Methods are interleaved (each repeat runs every method once, in turn) and the server is
+restarted for every run, so no run inherits another's caches.
 
 The prompts file is vLLM's custom dataset format, one JSON object a line:
 ``{"prompt": "...", "output_tokens": N}``, sent in order (``--disable-shuffle``), each prompt as
@@ -37,7 +38,11 @@ from specdraft.cli import parser as cli_parser
 from specdraft.errors import UserError
 
 SERVED_NAME = "served"
-METHODS = ("none", "vllm-suffix", "vllm-ngram", "specdraft")
+METHODS = ("none", "vllm-suffix", "vllm-ngram", "specdraft", "specdraft-off")
+DEFAULT_METHODS = METHODS[:4]
+# specdraft-off: specdraft's server with every request opted out, so vLLM's speculative mode
+# runs and nothing is drafted: what the mode itself costs, which no drafter can win back
+OPTED_OUT = {"vllm_xargs": {"specdraft_speculate": 0}}
 # vLLM's counters and specdraft's, summed over their labels
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
                  "vllm:spec_decode_num_accepted_tokens")
@@ -52,7 +57,7 @@ def speculative_config(method: str, k: int, options: dict | None = None) -> dict
     if method == "vllm-ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 2,
                 "prompt_lookup_max": 5}
-    if method == "specdraft":
+    if method in ("specdraft", "specdraft-off"):
         return {"method": "custom_class", "model": "specdraft.plugins.vllm.SuffixProposer",
                 "num_speculative_tokens": k, "specdraft": dict(options or {})}
     raise UserError(f"--methods: unknown method {method!r}; accepted: {', '.join(METHODS)}")
@@ -155,7 +160,7 @@ def parse_load(load: str) -> tuple[str, int | None]:
 
 def bench_serve(base: str, model: str, prompts: Path, rate: str, num_prompts: int,
                 result_dir: Path, result_file: str, max_concurrency: int | None = None,
-                seed: int = 0) -> dict:
+                seed: int = 0, extra_body: dict | None = None) -> dict:
     """One ``vllm bench serve`` run against ``base``; returns its saved result."""
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
            "--backend", "openai", "--base-url", base, "--model", SERVED_NAME,
@@ -168,6 +173,8 @@ def bench_serve(base: str, model: str, prompts: Path, rate: str, num_prompts: in
            "--save-detailed"]  # per-request TTFTs and ITLs: the charts' distributions
     if max_concurrency:
         cmd += ["--max-concurrency", str(max_concurrency)]
+    if extra_body:
+        cmd += ["--extra-body", json.dumps(extra_body)]
     log = result_dir / (result_file + ".log")
     with open(log, "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
@@ -210,7 +217,8 @@ def run_one(args, method: str, load: str, repeat: int, prompts: Path, num_prompt
     with serving(cmd, port, out_dir / f"{name}.server.log", args.kv_gib) as base:
         before = settled_counters(base)
         result = bench_serve(base, args.model_dir, prompts, rate, num_prompts, out_dir,
-                             f"{name}.json", concurrency)
+                             f"{name}.json", concurrency,
+                             extra_body=OPTED_OUT if method == "specdraft-off" else None)
         after = settled_counters(base)
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     row = {"method": method, "load": load, "rate": rate, "max_concurrency": concurrency,
@@ -309,7 +317,10 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", default=None, help="with --trace: only this workload's requests")
     ap.add_argument("--max-output-tokens", type=int, default=None,
                     help="with --trace: cap each request's output length")
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=METHODS,
+                    help="specdraft-off: specdraft's server with every request opted out "
+                         "(vLLM's speculative mode, nothing drafted); default: "
+                         + " ".join(DEFAULT_METHODS))
     ap.add_argument("--loads", nargs="+", default=["c1"],
                     help="request rates (requests/s, Poisson; inf: all at once) or cN (all at "
                          "once, at most N in flight)")
