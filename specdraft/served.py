@@ -376,6 +376,7 @@ def main(argv=None) -> int:
                "loads": args.loads, "out_dir": str(out_dir), "runs": rows}
     path = Path(args.json) if args.json else out_dir / "served.json"
     path.write_text(json.dumps(summary, indent=1) + "\n")
+    (out_dir / "served.partial.json").unlink(missing_ok=True)  # the summary has every run
     for png in plot(summary, out_dir):
         print(f"[served] chart -> {png}", file=sys.stderr)
     print(f"[served] {len(rows)} runs -> {path} (vLLM's own results in {out_dir})",
