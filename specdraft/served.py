@@ -36,13 +36,14 @@ from pathlib import Path
 
 from specdraft.cli import parser as cli_parser
 from specdraft.errors import UserError
+from specdraft.proposers.config import REQUEST_FLAT_PREFIX
 
 SERVED_NAME = "served"
 METHODS = ("none", "vllm-suffix", "vllm-ngram", "specdraft", "specdraft-off")
 DEFAULT_METHODS = METHODS[:4]
 # specdraft-off: specdraft's server with every request opted out, so vLLM's speculative mode
 # runs and nothing is drafted: what the mode itself costs, which no drafter can win back
-OPTED_OUT = {"vllm_xargs": {"specdraft_speculate": 0}}
+OPTED_OUT = {"vllm_xargs": {REQUEST_FLAT_PREFIX + "speculate": 0}}
 # vLLM's counters and specdraft's, summed over their labels
 SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
                  "vllm:spec_decode_num_accepted_tokens")
@@ -312,7 +313,7 @@ def main(argv=None) -> int:
     src.add_argument("--prompts", help="vLLM custom-dataset JSONL ({prompt, output_tokens})")
     src.add_argument("--trace", help="a recorded trace; its requests become the prompts file")
     src.add_argument("--plot", metavar="JSON", help="only draw the charts of a summary written "
-                     "before (its runs' result files in --out-dir)")
+                     "before (its runs' result files in the summary's out_dir, else --out-dir)")
     ap.add_argument("--limit", type=int, default=None, help="first N requests")
     ap.add_argument("--workload", default=None, help="with --trace: only this workload's requests")
     ap.add_argument("--max-output-tokens", type=int, default=None,
