@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-REQUESTS, OUTPUT = 24, 48
+REQUESTS, OUTPUT, WARMUP = 24, 48, 4
 
 
 def test_served_run_counts_agree_with_vllms(model_path, tmp_path):
@@ -18,8 +18,14 @@ def test_served_run_counts_agree_with_vllms(model_path, tmp_path):
     assert main(["--model", model_path, "--trace", str(REPO / "benchmarks/traces/smollm2-135m.jsonl"),
                  "--limit", str(REQUESTS), "--max-output-tokens", str(OUTPUT), "--methods",
                  "specdraft", "specdraft-off", "--loads", "2", "--k", "8", "--kv-gib", "1", "--max-num-seqs", "4",
-                 "--out-dir", str(out)]) == 0
+                 "--warmup-trace", str(REPO / "benchmarks/traces/smollm2-135m.jsonl"),
+                 "--warmup-requests", str(WARMUP), "--out-dir", str(out)]) == 0
     summary = json.loads((out / "served.json").read_text())
+    # the warm-up: other prompts of the trace, served before the counters are read
+    timed = [json.loads(line)["prompt"] for line in open(out / "prompts.jsonl")]
+    warm = [json.loads(line)["prompt"] for line in open(out / "warmup-prompts.jsonl")]
+    assert len(warm) == WARMUP == summary["warmup_requests"] and not set(warm) & set(timed)
+    assert summary["machine"]["cores"] >= 1
     run, off = summary["runs"]
     assert (run["method"], off["method"]) == ("specdraft", "specdraft-off")
     result = json.loads((out / run["result_file"]).read_text())  # vLLM's own --save-result

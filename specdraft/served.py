@@ -11,6 +11,15 @@ vLLM's spec-decode counters and specdraft's, so drafts and acceptance are counte
 Methods are interleaved (each repeat runs every method once, in turn) and the server is
 restarted for every run, so no run inherits another's caches.
 
+A fresh server is cold: vLLM's CPU build makes its matmul kernels per pass size on first use
+(about 130 ms a new size for a 0.5B model), and speculation runs many sizes. So before the timed
+run each server serves a warm-up set at the same load, untimed and outside the counters
+(``--warmup-trace``: the same workload's requests of another trace, any prompt also in the timed
+set left out, so the global cache never holds a timed request's answer; ``--warmup-requests``
+of them). The summary records the machine (``machine``: CPU, cores, and whether it has
+bfloat16 instructions: without them vLLM's CPU kernels run bfloat16 several times slower than
+float32).
+
 The prompts file is vLLM's custom dataset format, one JSON object a line:
 ``{"prompt": "...", "output_tokens": N}``, sent in order (``--disable-shuffle``), each prompt as
 written (``--skip-chat-template``: a trace's prompts already hold their chat template), with
@@ -26,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
 import socket
 import statistics
 import subprocess
@@ -185,29 +195,66 @@ def bench_serve(base: str, model: str, prompts: Path, rate: str, num_prompts: in
 
 
 def write_prompts(trace: str, model_dir: str, out: Path, limit: int | None,
-                  max_output_tokens: int | None = None, workload: str | None = None) -> int:
+                  max_output_tokens: int | None = None, workload: str | None = None,
+                  exclude: set[str] | None = None, option: str = "--trace") -> int:
     """A trace's requests as vLLM's custom dataset, in the trace's order (sessions keep their
-    turn order), each asking for its recorded output's length (at most ``max_output_tokens``);
-    returns how many."""
+    turn order), each asking for its recorded output's length (at most ``max_output_tokens``),
+    prompts in ``exclude`` left out; returns how many."""
     from transformers import AutoTokenizer
 
     from specdraft.replay.traces import load_trace
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    records = [r for r in load_trace(trace) if r["output_token_ids"]
-               and (workload is None or r.get("workload") == workload)][:limit or None]
-    if not records:
-        raise UserError(f"--trace {trace}: no request{' of workload ' + workload if workload else ''}")
+    lines = []
+    for r in load_trace(trace):
+        if not r["output_token_ids"] or (workload is not None and r.get("workload") != workload):
+            continue
+        prompt = tok.decode(r["prompt_token_ids"])
+        if exclude and prompt in exclude:
+            continue
+        lines.append({"prompt": prompt, "output_tokens": min(len(r["output_token_ids"]),
+                                                             max_output_tokens or 1 << 30)})
+        if limit and len(lines) == limit:
+            break
+    if not lines:
+        raise UserError(f"{option} {trace}: no request"
+                        f"{' of workload ' + workload if workload else ''}"
+                        f"{' outside the timed prompts' if exclude else ''}")
     with open(out, "w") as f:
-        for r in records:
-            f.write(json.dumps({"prompt": tok.decode(r["prompt_token_ids"]),
-                                "output_tokens": min(len(r["output_token_ids"]),
-                                                     max_output_tokens or 1 << 30)}) + "\n")
-    return len(records)
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+    return len(lines)
+
+
+def prompt_set(path: Path) -> set[str]:
+    """The prompts of a custom-dataset file."""
+    return {json.loads(line)["prompt"] for line in path.open() if line.strip()}
+
+
+def machine() -> dict:
+    """The CPU the runs had: model, cores, and whether it has bfloat16 instructions (AVX512-BF16
+    or AMX-BF16; without them vLLM's CPU kernels run bfloat16 several times slower than float32)."""
+    info = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "bf16_instructions": None}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            info["cpu"] = value.strip()
+        elif key.strip() == "flags":
+            flags = set(value.split())
+            info["bf16_instructions"] = bool(flags & {"avx512_bf16", "amx_bf16"})
+            break
+    return info
 
 
 def run_one(args, method: str, load: str, repeat: int, prompts: Path, num_prompts: int,
-            out_dir: Path) -> dict:
+            out_dir: Path, warmup: tuple[Path, int] | None = None) -> dict:
+    """One method at one load: a fresh server, the warm-up set (``warmup``: its prompts file and
+    count) untimed, then the timed run; the summary's row."""
     port = free_port()
     spec = speculative_config(method, args.k, json.loads(args.specdraft_options))
     cmd = server_command(args.model_dir, port, spec, dtype=args.dtype,
@@ -215,15 +262,19 @@ def run_one(args, method: str, load: str, repeat: int, prompts: Path, num_prompt
     rate, concurrency = parse_load(load)
     name = f"{method}-{load}-r{repeat}"
     started = time.monotonic()
+    extra_body = OPTED_OUT if method == "specdraft-off" else None
     with serving(cmd, port, out_dir / f"{name}.server.log", args.kv_gib) as base:
+        if warmup is not None:  # untimed, before the counters are read: the kernels' sizes
+            bench_serve(base, args.model_dir, warmup[0], rate, warmup[1], out_dir,
+                        f"{name}.warmup.json", concurrency, extra_body=extra_body)
         before = settled_counters(base)
         result = bench_serve(base, args.model_dir, prompts, rate, num_prompts, out_dir,
-                             f"{name}.json", concurrency,
-                             extra_body=OPTED_OUT if method == "specdraft-off" else None)
+                             f"{name}.json", concurrency, extra_body=extra_body)
         after = settled_counters(base)
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     row = {"method": method, "load": load, "rate": rate, "max_concurrency": concurrency,
            "repeat": repeat, "result_file": f"{name}.json",
+           "warmup_requests": warmup and warmup[1],
            "counters": delta, "wall_s": time.monotonic() - started}
     for key in ("completed", "failed", "output_throughput", "request_throughput", "duration",
                 "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
@@ -318,6 +369,12 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", default=None, help="with --trace: only this workload's requests")
     ap.add_argument("--max-output-tokens", type=int, default=None,
                     help="with --trace: cap each request's output length")
+    ap.add_argument("--warmup-trace", default=None,
+                    help="before each timed run, the server serves this trace's requests "
+                         "(same --workload and --max-output-tokens; prompts also in the timed "
+                         "set left out) at the same load, untimed")
+    ap.add_argument("--warmup-requests", type=int, default=None,
+                    help="how many warm-up requests (default: as many as the timed run)")
     ap.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=METHODS,
                     help="specdraft-off: specdraft's server with every request opted out "
                          "(vLLM's speculative mode, nothing drafted); default: "
@@ -354,16 +411,30 @@ def main(argv=None) -> int:
         prompts = Path(args.prompts)
         n = sum(1 for line in prompts.open() if line.strip())
         n = min(n, args.limit) if args.limit else n
-    rows = []
     for load in args.loads:
         parse_load(load)  # a bad one stops here, before any server starts
+    if args.warmup_requests is not None and args.warmup_requests < 1:
+        raise UserError(f"--warmup-requests: {args.warmup_requests}; accepted: a count >= 1")
+    warmup = None
+    if args.warmup_trace:
+        path_w = out_dir / "warmup-prompts.jsonl"
+        warmup = (path_w, write_prompts(args.warmup_trace, args.model_dir, path_w,
+                                        args.warmup_requests or n, args.max_output_tokens,
+                                        args.workload, exclude=prompt_set(prompts),
+                                        option="--warmup-trace"))
+    host = machine()
+    if args.dtype == "bfloat16" and host["bf16_instructions"] is False:
+        print(f"[served] note: this CPU ({host['cpu']}) has no bfloat16 instructions "
+              "(avx512_bf16, amx_bf16): vLLM's CPU kernels run bfloat16 several times slower "
+              "than float32 here", file=sys.stderr)
+    rows = []
     total = args.repeats * len(args.loads) * len(args.methods)
     for repeat in range(args.repeats):
         for load in args.loads:
             for method in args.methods:  # interleaved: every method once per repeat and load
                 print(f"[served] {len(rows) + 1}/{total}: {method} at load {load} "
                       f"(repeat {repeat + 1}), {n} requests", file=sys.stderr, flush=True)
-                rows.append(run_one(args, method, load, repeat, prompts, n, out_dir))
+                rows.append(run_one(args, method, load, repeat, prompts, n, out_dir, warmup))
                 path_partial = out_dir / "served.partial.json"
                 path_partial.write_text(json.dumps(rows, indent=1) + "\n")  # as runs arrive
                 r = rows[-1]
@@ -374,7 +445,9 @@ def main(argv=None) -> int:
                "max_output_tokens": args.max_output_tokens, "prompts": str(prompts),
                "requests": n, "k": args.k, "specdraft_options": json.loads(args.specdraft_options),
                "dtype": args.dtype, "kv_gib": args.kv_gib, "max_num_seqs": args.max_num_seqs,
-               "loads": args.loads, "out_dir": str(out_dir), "runs": rows}
+               "loads": args.loads, "out_dir": str(out_dir),
+               "warmup_trace": args.warmup_trace, "warmup_requests": warmup and warmup[1],
+               "machine": host, "runs": rows}
     path = Path(args.json) if args.json else out_dir / "served.json"
     path.write_text(json.dumps(summary, indent=1) + "\n")
     (out_dir / "served.partial.json").unlink(missing_ok=True)  # the summary has every run

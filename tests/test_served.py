@@ -4,11 +4,14 @@ integration_tests/test_vllm_served.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specdraft import report
 from specdraft.errors import UserError
-from specdraft.served import OPTED_OUT, parse_load, request_latencies, speculative_config
+from specdraft.served import (OPTED_OUT, machine, main, parse_load, request_latencies,
+                              speculative_config)
 
 
 def test_methods_configs():
@@ -62,3 +65,18 @@ def test_served_table_medians_and_ratios():
     # medians over the two repeats: 10.0 tok/s, 0.91x none's 11.0, MAL 3.5, 50 / 25 tokens
     assert lines[3] == ("| inf | specdraft | 10 / 20 | 5.0 / 6.0 | 5.0 / 7.0 | 10.0 | 0.91 | 3.50 "
                         "| 50 / 25 | 2 |")
+
+
+def test_machine_says_whether_bfloat16_has_instructions():
+    m = machine()
+    assert m["cores"] >= 1 and m["cpu"]
+    flags = next((line for line in open("/proc/cpuinfo") if line.startswith("flags")), "")
+    assert m["bf16_instructions"] == ("avx512_bf16" in flags.split() or "amx_bf16" in flags.split())
+
+
+def test_warmup_requests_must_be_a_count(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hi", "output_tokens": 4}) + "\n")
+    with pytest.raises(UserError, match="--warmup-requests"):
+        main(["--model", str(tmp_path), "--prompts", str(prompts), "--warmup-requests", "0",
+              "--out-dir", str(tmp_path / "out")])
