@@ -340,13 +340,13 @@ def plot(summary: dict, out_dir: Path) -> list[Path]:
             a.boxplot(data, showfliers=False, whis=(1, 99))
             for i, values in enumerate(data, start=1):  # every request as a dot
                 a.plot([i + 0.18] * len(values), values, ".", color=f"C{i - 1}", alpha=0.6)
-            a.set_xticks(range(1, len(methods) + 1), methods)
+            a.set_xticks(range(1, len(methods) + 1), methods, rotation=20)
             a.set_ylabel(label)
             a.grid(axis="y", alpha=0.3)
         for i, m in enumerate(methods):
             ax[2].bar(i, statistics.median(tput[m]) if tput[m] else 0, color=f"C{i}")
             ax[2].plot([i] * len(tput[m]), tput[m], "k.")
-        ax[2].set_xticks(range(len(methods)), methods)
+        ax[2].set_xticks(range(len(methods)), methods, rotation=20)
         ax[2].set_ylabel("output tok/s (bar: median of runs)")
         rate, conc = parse_load(load)
         what = f"at most {conc} in flight" if conc else (
