@@ -5,9 +5,9 @@ draft (its accepted tokens would shorten nothing, and its rejected ones cost a t
 Every other step is the controller's as shipped. A THETA written "a0.5" applies the rule from
 the first step (a closed batch known to be one: nobody ever waits), the bound of the rule;
 "tau" puts THETA at 1 / (1 + accepted tokens per drafted row-step so far): a row is off the path
-only if, without drafts, it still ends before the row with the most left ends with them. Replayed on the live engine's schedule
-(all requests at once, up to CONCURRENCY in flight) and priced by a live bench's measured passes,
-as est.py does; the rule is a subclass of the replay's specdraft method, not in the product.
+only if, without drafts, it still ends before the row with the most left ends with them.
+Replayed on the live engine's schedule (all requests at once, up to CONCURRENCY in flight) and
+priced by a live bench's measured passes, as est.py does; the rule is a subclass of the replay's specdraft method, not in the product.
 
     python experiments/controller-replay/drain.py TRACE WORKLOAD N CONCURRENCY BENCH_JSON CURVE [THETA ...]
 
@@ -51,9 +51,8 @@ class DrainAware(SpecdraftMethod):
             theta = 1.0 / (1.0 + self.accepted / max(1, self.row_steps))
         keep = [k for k in keys if left[k] >= theta * most]
         self.cut += len(keys) - len(keep)
-        drafts = dict(zip(keep, super().draft_batch(keep, budget, batch))) if keep else {}
-        if not keep:  # the rows still sync (budget 0): the drafter sees every step
-            super().draft_batch([], budget, batch)
+        # with no row kept the step still runs (budget 0): the drafter sees every step
+        drafts = dict(zip(keep, super().draft_batch(keep, budget, batch)))
         return [drafts.get(k, ([], [])) for k in keys]
 
 
@@ -74,7 +73,7 @@ def main():
     for name, make in variants:
         m = make()
         r = replay_engine(m, reqs, 16, EngineSchedule(int(conc), 4096, 128, True, None),
-                          lambda s, rows, tok: cost(s, rows, tok))
+                          cost)
         base = base or r["est_seconds"]
         print(f"{workload:9s} c{conc:<3s} {name:12s} steps {r['steps']:4d} drafted "
               f"{r['drafted_tokens']:5d} accepted {r['accepted_tokens']:5d} cut {getattr(m, 'cut', 0):5d} "
