@@ -16,7 +16,7 @@ PROMPT = ("Copy the list exactly.\nList: red, green, blue, yellow, red, green, b
           "green, blue, yellow\nCopy: red, green,")
 GROUPS = ({"temperature": 1.0, "top_k": 1}, {"temperature": 0.3}, {"temperature": 1.5})
 NUM_TOKENS = 4       # outcome: the first NUM_TOKENS sampled tokens
-NUM_SAMPLES = 2000   # in all, split evenly between the groups
+NUM_SAMPLES = 1200   # in all, split evenly between the groups
 TOP_OUTCOMES = 12
 
 

@@ -15,7 +15,7 @@ from specdraft import bench, live
 from specdraft.replay import load_trace
 
 TRACE = "benchmarks/traces/smollm2-135m.jsonl"
-MAX_TOKENS = 64
+MAX_TOKENS = 40
 # accepted tokens of a repeated, reset run may differ from the first by batching effects and the
 # controller's timing-driven lengths; a run that copies from the previous round gains far more
 NOISE = 0.05

@@ -86,10 +86,10 @@ def test_greedy_identical_to_generate_smollm2(smollm2, strategy):
         assert st.drafts and st.drafted_tokens > st.drafts  # more than one node per tree
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_greedy_identical_to_generate_qwen_05b(qwen_05b, strategy):
+def test_greedy_identical_to_generate_qwen_05b(qwen_05b):
+    # a second architecture (Qwen2), tree drafts (a chain is a tree with one child per node)
     model, tokenizer = qwen_05b
-    _check_greedy_identity(model, tokenizer, strategy, prompts=PROMPTS[:2], n=32)
+    _check_greedy_identity(model, tokenizer, "tree", prompts=PROMPTS[:2], n=32)
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +102,8 @@ def qwen_05b():
 
 SAMPLING_PROMPT = "red green blue red green blue red green blue red green"
 TEMPERATURE, TOP_K, LENGTH = 2.0, 3, 3
-SAMPLES = 300            # engine samples per run
-GENERATE_SAMPLES = 400   # model.generate samples (one batch)
+SAMPLES = 100            # engine samples per run (planted bug: p about 1e-11, seeds 0 and 1)
+GENERATE_SAMPLES = 200   # model.generate samples (one batch)
 PASS_P, REJECT_P = 1e-3, 1e-6
 
 

@@ -1,10 +1,11 @@
 """specdraft in a Ray Serve LLM deployment: one vLLM CPU replica behind Serve's OpenAI ingress.
 
-A local Ray cluster started here; HTTP on 127.0.0.1. The same application without speculation
-gives the reference outputs; then the specdraft deployment, with the shared cache on, must answer
-with the same tokens, export ``specdraft:*`` counters (through a deployment handle, and through
-Ray's own Prometheus endpoint as ``ray_specdraft_*``, agreeing with vLLM's ``ray_vllm_*``), and
-keep answering (same tokens) when the shared cache's actor is killed mid-run.
+A local Ray cluster started here; HTTP on 127.0.0.1. The session's plain vLLM engine (no
+speculation) gives the reference outputs for the same chat messages; the specdraft deployment,
+with the shared cache on, must answer with the same tokens, export ``specdraft:*`` counters
+(through a deployment handle, and through Ray's own Prometheus endpoint as ``ray_specdraft_*``,
+agreeing with vLLM's ``ray_vllm_*``), and keep answering (same tokens) when the shared cache's
+actor is killed mid-run.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def serve_cluster():
     ray.shutdown()
 
 
-def _config(model_path: str, proposer: str | None):
+def _config(model_path: str, proposer: str):
     from specdraft.plugins.ray_serve import llm_config
 
     engine = dict(dtype="float32", enforce_eager=True, max_model_len=MAX_MODEL_LEN,
@@ -102,14 +103,22 @@ def _llm_handle(app: str):
     return serve.get_deployment_handle(name, app_name=app)
 
 
+def _plain_chat(llm, prompt: str) -> list[int]:
+    """The reference: the session's plain engine (no speculation), the same chat template and
+    greedy settings as the deployment's OpenAI ingress applies."""
+    from vllm import SamplingParams
+
+    out = llm.chat([{"role": "user", "content": prompt}],
+                   SamplingParams(max_tokens=64, temperature=0.0), use_tqdm=False)
+    return list(out[0].outputs[0].token_ids)
+
+
 def test_serve_llm_with_specdraft_matches_plain_and_survives_cache_loss(serve_cluster,
-                                                                         model_path):
+                                                                         model_path, plain_llm):
     from ray import serve
 
     base, ray_metrics_url = serve_cluster
-    _deploy(base, _config(model_path, None), "plain")
-    reference = [_chat(base, p) for p in PROMPTS]
-    serve.delete("plain")
+    reference = [_plain_chat(plain_llm, p) for p in PROMPTS]
 
     _deploy(base, _config(model_path, "SuffixProposer"), "specdraft")
     handle = _llm_handle("specdraft")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-REQUESTS, OUTPUT, WARMUP = 24, 48, 4
+REQUESTS, OUTPUT, WARMUP = 12, 32, 2
 
 
 def test_served_run_counts_agree_with_vllms(model_path, tmp_path):
