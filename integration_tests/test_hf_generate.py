@@ -102,7 +102,7 @@ def qwen_05b():
 
 SAMPLING_PROMPT = "red green blue red green blue red green blue red green"
 TEMPERATURE, TOP_K, LENGTH = 2.0, 3, 3
-SAMPLES = 100            # engine samples per run (planted bug: p about 1e-11, seeds 0 and 1)
+SAMPLES = 100            # engine samples per run (planted bug: p <= 1e-11 at seeds 0-2)
 GENERATE_SAMPLES = 200   # model.generate samples (one batch)
 PASS_P, REJECT_P = 1e-3, 1e-6
 

@@ -26,6 +26,7 @@ from specdraft.plugins.ray_serve import metric_sums  # noqa: E402
 pytestmark = pytest.mark.slow
 
 STORE = "serve-test-cache"
+MAX_TOKENS = 64  # per answer, the deployment's and the reference's
 PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number.",
     "List the planets of the solar system, one per line.",
@@ -70,7 +71,7 @@ def _config(model_path: str, proposer: str):
 def _chat(base: str, prompt: str) -> list[int]:
     r = httpx.post(f"{base}/v1/chat/completions", timeout=300, json={
         "model": "smollm2", "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": 64, "temperature": 0.0, "return_token_ids": True})
+        "max_tokens": MAX_TOKENS, "temperature": 0.0, "return_token_ids": True})
     r.raise_for_status()
     choice = r.json()["choices"][0]
     assert choice["message"]["content"]
@@ -109,7 +110,7 @@ def _plain_chat(llm, prompt: str) -> list[int]:
     from vllm import SamplingParams
 
     out = llm.chat([{"role": "user", "content": prompt}],
-                   SamplingParams(max_tokens=64, temperature=0.0), use_tqdm=False)
+                   SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0), use_tqdm=False)
     return list(out[0].outputs[0].token_ids)
 
 
